@@ -1,0 +1,15 @@
+"""The typer application every command module registers on."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="memfit",
+    help="Will this fine-tuning run fit in GPU memory? Where every byte goes, and the cheapest change "
+    "that makes it fit. Sizes: GiB = 1024^3 bytes, GB = 10^9 bytes.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)

@@ -1,0 +1,90 @@
+"""The run-spec flags, declared once and added to every command that takes a spec.
+
+``@spec_options`` extends a command's signature with ``--method``, ``--rank`` ... ``--gpu`` and hands
+the command a validated :class:`~memfit.estimate.spec.RunSpec` as ``spec``. Commands that sweep a
+flag (``measure --batch 1,2,4``) declare that flag themselves and pass ``exclude=("batch",)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from memfit.estimate.spec import RunSpec, parse_targets
+
+_P = inspect.Parameter
+
+SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "method": (str, typer.Option("--method", help="full | lora | qlora (4-bit NF4 base + LoRA)")),
+    "rank": (int, typer.Option("--rank", "-r", help="LoRA rank r")),
+    "alpha": (int, typer.Option("--alpha", help="LoRA alpha")),
+    "lora_dropout": (float, typer.Option("--lora-dropout", help="LoRA dropout (PEFT default 0.0)")),
+    "targets": (str, typer.Option("--targets", help="LoRA targets: q_proj,v_proj,... or all-linear "
+                                  "(default: PEFT's default for the architecture)")),
+    "modules_to_save": (str, typer.Option("--modules-to-save", help="fully trained modules beside LoRA, "
+                                          "e.g. embed_tokens,lm_head")),
+    "double_quant": (bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantisation")),
+    "precision": (str, typer.Option("--precision", "-p", help="fp32 | bf16 | fp16 | mixed-bf16 | mixed-fp16")),
+    "optimizer": (str, typer.Option("--optimizer", help="adamw | adamw-8bit | sgd | sgd-momentum | adafactor")),
+    "batch": (int, typer.Option("--batch", "-b", help="micro-batch size")),
+    "seq": (int, typer.Option("--seq", "-s", help="sequence length in tokens")),
+    "grad_accum": (int, typer.Option("--grad-accum", help="gradient accumulation steps (no effect on the peak)")),
+    "checkpointing": (str, typer.Option("--checkpointing", help="none | full | every-k | sqrt")),
+    "checkpoint_every": (int, typer.Option("--checkpoint-every", help="k for --checkpointing every-k")),
+    "offload": (bool, typer.Option("--offload/--no-offload", help="keep checkpoints in CPU memory")),
+    "attention": (str, typer.Option("--attention", help="eager | sdpa | flash")),
+    "device": (str, typer.Option("--device", help="cuda | cpu")),
+    "padding_mask": (bool, typer.Option("--padding-mask/--no-padding-mask",
+                                        help="batches carry a padding attention mask")),
+    "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (fused linear cross-entropy)")),
+    "gpu": (str, typer.Option("--gpu", help="a GPU name (memfit gpus) or a size: 24GiB, 80GB")),
+}
+
+_DEFAULTS = RunSpec()
+
+
+def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> RunSpec:
+    """Build a RunSpec from CLI values (strings for the tuple fields)."""
+    fields = {}
+    for name, value in values.items():
+        if name in ("targets", "modules_to_save"):
+            value = parse_targets(value) if isinstance(value, str) else tuple(value or ())
+        fields[name] = value
+    return (base or _DEFAULTS).with_(**fields)
+
+
+def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: add the spec flags to a typer command and pass ``spec=RunSpec(...)``."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.name != "spec"]
+        added = []
+        for name, (typ, option) in SPEC_OPTIONS.items():
+            if name in exclude:
+                continue
+            default = getattr(_DEFAULTS, name)
+            if name in ("targets", "modules_to_save"):
+                default, typ = None, str | None
+            if name == "gpu":
+                typ = str | None
+            added.append(_P(name, _P.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]))
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values = {p.name: kwargs.pop(p.name) for p in added if p.name in kwargs}
+            kwargs["spec"] = spec_from_options(values)
+            return fn(*args, **kwargs)
+
+        params = [p.replace(kind=_P.KEYWORD_ONLY) if p.kind == _P.POSITIONAL_OR_KEYWORD and p.default is not _P.empty
+                  else p for p in own]
+        positional = [p for p in params if p.kind != _P.KEYWORD_ONLY]
+        keyword = [p for p in params if p.kind == _P.KEYWORD_ONLY]
+        wrapper.__signature__ = sig.replace(parameters=positional + keyword + added)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate

@@ -1,0 +1,145 @@
+"""RunSpec: one typed description of a training run that ``estimate``, ``trace`` and ``measure`` all read,
+so the three engines mean the same thing by the same flag.
+
+Precision, in PyTorch terms:
+
+==============  ===========================  =========================================================
+``precision``   weights stored as            compute
+==============  ===========================  =========================================================
+``fp32``        ``torch.float32``            fp32, no autocast
+``bf16``        ``torch.bfloat16``           bf16, no autocast (``model.to(torch.bfloat16)``)
+``fp16``        ``torch.float16``            fp16, no autocast
+``mixed-bf16``  ``torch.float32`` (master)   ``torch.autocast(device, dtype=torch.bfloat16)``
+``mixed-fp16``  ``torch.float32`` (master)   ``torch.autocast(device, dtype=torch.float16)`` + GradScaler
+==============  ===========================  =========================================================
+
+LoRA adapter weights are fp32 whatever the base precision (PEFT's ``autocast_adapter_dtype=True``).
+``qlora`` stores the base linears in 4-bit NF4 (bitsandbytes), with ``double_quant`` quantising the
+per-block absmax constants as well, and ``prepare_model_for_kbit_training`` upcasting the
+non-quantised parameters (norms, embeddings, lm_head) to fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal, get_args
+
+from memfit.errors import MemfitError
+
+Method = Literal["full", "lora", "qlora"]
+Precision = Literal["fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16"]
+Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Checkpointing = Literal["none", "full", "every-k", "sqrt"]
+Attention = Literal["eager", "sdpa", "flash"]
+Device = Literal["cuda", "cpu"]
+Loss = Literal["standard", "chunked"]
+
+ALL_LINEAR = "all-linear"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSpec:
+    """One fine-tuning run's memory-relevant settings.
+
+    ``targets`` is a tuple of module names (``("q_proj", "v_proj")``), ``("all-linear",)`` as PEFT means
+    it (every linear layer but the output layer), or empty for PEFT's default for the architecture.
+    ``checkpoint_every`` is k for ``checkpointing="every-k"`` (checkpoint one block in k).
+    """
+
+    method: Method = "lora"
+    rank: int = 16
+    alpha: int = 32
+    lora_dropout: float = 0.0
+    targets: tuple[str, ...] = ()
+    modules_to_save: tuple[str, ...] = ()
+    double_quant: bool = True
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adamw"
+    batch: int = 1
+    seq: int = 2048
+    grad_accum: int = 1
+    checkpointing: Checkpointing = "none"
+    checkpoint_every: int = 2
+    offload: bool = False
+    attention: Attention = "sdpa"
+    device: Device = "cuda"
+    padding_mask: bool = False
+    loss: Loss = "standard"
+    gpu: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_choice("method", self.method, Method)
+        _check_choice("precision", self.precision, Precision)
+        _check_choice("optimizer", self.optimizer, Optimizer)
+        _check_choice("checkpointing", self.checkpointing, Checkpointing)
+        _check_choice("attention", self.attention, Attention)
+        _check_choice("device", self.device, Device)
+        _check_choice("loss", self.loss, Loss)
+        for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise MemfitError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.method == "qlora" and self.precision in ("fp32", "mixed-fp16", "fp16"):
+            pass  # allowed: compute dtype follows precision
+        if self.attention == "flash" and self.device == "cpu":
+            raise MemfitError("--attention flash needs --device cuda (FlashAttention has no CPU kernel); "
+                              "use --attention sdpa on CPU")
+
+    @property
+    def is_adapter(self) -> bool:
+        return self.method in ("lora", "qlora")
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.precision.startswith("mixed-")
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per element of the stored (non-quantised) weights: fp32 for mixed precision."""
+        return {"fp32": 4, "bf16": 2, "fp16": 2, "mixed-bf16": 4, "mixed-fp16": 4}[self.precision]
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of activations: the autocast dtype, or the weight dtype without autocast."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one micro-batch: b*s."""
+        return self.batch * self.seq
+
+    def with_(self, **changes: Any) -> RunSpec:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["targets"] = list(self.targets)
+        d["modules_to_save"] = list(self.modules_to_save)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        d = dict(d)
+        for key in ("targets", "modules_to_save"):
+            if key in d and d[key] is not None:
+                d[key] = tuple(d[key])
+        return cls(**d)
+
+
+def parse_targets(text: str | None) -> tuple[str, ...]:
+    """``"q_proj,v_proj"`` -> ``("q_proj", "v_proj")``; ``"all-linear"`` -> ``("all-linear",)``."""
+    if not text:
+        return ()
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if ALL_LINEAR in names and len(names) > 1:
+        raise MemfitError("--targets all-linear stands alone; drop the other names")
+    return names
+
+
+def _check_choice(name: str, value: object, choices: Any) -> None:
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise MemfitError(f"--{name} must be one of {', '.join(allowed)}; got {value!r}")

@@ -1,0 +1,27 @@
+"""Presenting: rich tables and JSON for the data objects the other layers compute."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+__all__ = ["console", "err_console", "print_json"]
+
+
+def print_json(obj: Any) -> None:
+    """Write ``obj`` as JSON to stdout (plain, so it pipes into jq)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
