@@ -1,0 +1,7 @@
+"""``python -m memfit``: the same as the ``memfit`` command."""
+
+import sys
+
+from memfit.cli import main
+
+sys.exit(main())
