@@ -1,0 +1,475 @@
+"""Packing tokenized examples into rows of at most ``max_len`` tokens, boundary-correct and label-preserving.
+
+Packing concatenates short examples into full rows so that almost no padding is processed. It has two ways
+to go silently wrong, and this module guards both:
+
+1. **Attention across boundaries.** Every row carries ``position_ids`` that restart at 0 for each example,
+   ``seq_lens`` and ``cu_seqlens`` (flash-attention varlen form, ``[0, l1, l1+l2, ...]``, int32 semantics),
+   so the model can keep examples apart (see :mod:`memfit.data.collator` for how transformers 5 uses them).
+2. **Labels.** Prompt labels keep their -100 (they are copied, never rebuilt from ``input_ids``), and the
+   first label of every example in a row is set to -100, so no example is trained to predict its first
+   token from the end of the previous example. Alone, that label is never used either (the causal-LM loss
+   shifts labels by one), so the packed loss equals the examples' loss.
+
+Rows are formed by best-fit decreasing (:func:`pack_bfd`): examples sorted longest first, each placed into
+the open row with the least room that still fits it, in O(n log n) with numpy (see :func:`pack_bfd`).
+
+Worked example, ``max_len = 8``, lengths ``[5, 3, 4, 2, 2]``: sorted 5, 4, 3, 2, 2 (indices 0, 2, 1, 3, 4);
+5 opens row A (room 3); 4 opens row B (room 4); 3 fits A exactly (room 0); 2 goes to B (room 2, the only
+row with room); 2 fills B. Two rows, ``[[0, 1], [2, 3, 4]]``, 16 real tokens in 2 x 8 slots: efficiency
+100%, equal to the lower bound ceil(16 / 8) = 2 rows.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from bisect import bisect_left, insort
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from memfit.errors import MemfitError
+
+IGNORE_INDEX = -100  # the label value torch's cross_entropy (and transformers' loss) skips
+Overflow = Literal["error", "truncate", "drop", "split"]
+OVERFLOW_CHOICES: tuple[str, ...] = ("error", "truncate", "drop", "split")
+
+__all__ = [
+    "IGNORE_INDEX",
+    "OVERFLOW_CHOICES",
+    "PackResult",
+    "PackedRow",
+    "block_mask_bytes",
+    "loss_tokens",
+    "pack",
+    "pack_bfd",
+    "pack_lengths",
+]
+
+
+class Tokenized(Protocol):
+    """Anything with ``input_ids`` and ``labels`` (memfit's ``TokenizedExample``; a dict works too)."""
+
+    input_ids: Sequence[int]
+    labels: Sequence[int]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Best-fit decreasing on lengths
+
+
+def pack_bfd(lengths: Sequence[int] | np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best-fit decreasing: group item indices into bins of total length <= ``max_len``.
+
+    Returns ``(order, row_starts)`` in CSR form: the items of bin ``r`` are
+    ``order[row_starts[r]:row_starts[r + 1]]``, in the order they were placed (longest first). Bins are
+    numbered in the order they were opened.
+
+    How it is fast: lengths are integers in ``[1, max_len]``, so open bins are kept in a histogram of
+    remaining room (a list of bin ids per room value) with a sorted list of the room values in use. Items
+    are taken one distinct length ``s`` at a time (``k`` items). The best fit for an item is the smallest
+    room ``c >= s`` (found by bisection); once an item goes in, that bin's room ``c - s`` is again the smallest
+    room ``>= s`` while it is still ``>= s``, so the bin takes ``q = c // s`` items in a row. Hence the ``b``
+    bins at room ``c`` absorb ``min(k, b * q)`` items in one step, with no per-item Python work; what
+    remains opens new bins of room ``max_len`` the same way. Ties between bins of equal room are broken
+    arbitrarily, which cannot change the multiset of rooms, so the number of bins is exactly that of
+    textbook BFD. Cost: a stable sort (radix for ``max_len < 65536``) plus a number of steps bounded by the
+    distinct lengths times the room values visited, far below ``n`` in practice.
+
+    >>> order, starts = pack_bfd([5, 3, 4, 2, 2], 8)
+    >>> [order[starts[r]:starts[r + 1]].tolist() for r in range(len(starts) - 1)]
+    [[0, 1], [2, 3, 4]]
+    """
+    if max_len < 1:
+        raise MemfitError(f"the row length must be at least 1 token, not {max_len}: raise --seq-len")
+    lens = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    n = int(lens.size)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    lo, hi = int(lens.min()), int(lens.max())
+    if lo < 1 or hi > max_len:
+        bad = int(np.argmax(lens > max_len)) if hi > max_len else int(np.argmin(lens))
+        raise MemfitError(
+            f"item {bad} has length {int(lens[bad]):,}, outside 1..{max_len:,}: handle empty and over-long "
+            "examples before packing (memfit pack does, see --overflow)"
+        )
+    # Longest first; stable so equal lengths keep input order. uint16 keys get numpy's radix sort.
+    key_dtype = np.uint16 if max_len < 2**16 else np.int64
+    order = np.argsort((max_len - lens).astype(key_dtype), kind="stable")
+    sorted_lens = lens[order]
+    change = np.flatnonzero(np.diff(sorted_lens)) + 1
+    run_starts = np.concatenate(([0], change))
+    run_sizes = sorted_lens[run_starts].tolist()
+    run_counts = np.diff(np.concatenate((run_starts, [n]))).tolist()
+
+    rooms: list[list[int]] = [[] for _ in range(max_len + 1)]  # room value -> ids of open bins with that room
+    in_use: list[int] = []  # sorted room values with at least one bin
+    seq_bins: list[int] = []  # bin of each placement step, in sorted-item order ...
+    seq_reps: list[int] = []  # ... and how many consecutive sorted items it took
+    n_bins = 0
+
+    def put(room: int, bins: list[int] | range) -> None:
+        if not rooms[room]:
+            insort(in_use, room)
+        rooms[room].extend(bins)
+
+    for s, k in zip(run_sizes, run_counts, strict=True):
+        i = bisect_left(in_use, s)
+        emptied_from = i
+        moves: list[tuple[int, list[int]]] = []  # new rooms are all < s or taken after this size: apply later
+        while k and i < len(in_use):
+            c = in_use[i]
+            bins = rooms[c]
+            q = c // s
+            b = len(bins)
+            if k >= b * q:  # every bin at this room fills up to below s
+                seq_bins.extend(bins)
+                seq_reps.extend([q] * b)
+                moves.append((c - q * s, bins))
+                rooms[c] = []
+                k -= b * q
+                i += 1
+                continue
+            full, r = divmod(k, q)
+            take = full + (1 if r else 0)
+            taken = bins[b - take :]
+            del bins[b - take :]
+            seq_bins.extend(taken)
+            seq_reps.extend([q] * full)
+            if full:
+                moves.append((c - q * s, taken[:full]))
+            if r:
+                seq_reps.append(r)
+                moves.append((c - r * s, taken[full:]))
+            k = 0
+            if not bins:
+                i += 1
+        del in_use[emptied_from:i]
+        if k:  # no open bin has room: open new ones
+            q = max_len // s
+            full, r = divmod(k, q)
+            new = range(n_bins, n_bins + full + (1 if r else 0))
+            n_bins = new.stop
+            seq_bins.extend(new)
+            seq_reps.extend([q] * full)
+            if full:
+                moves.append((max_len - q * s, new[:full]))
+            if r:
+                seq_reps.append(r)
+                moves.append((max_len - r * s, new[full:]))
+        for room, bins_moved in moves:
+            put(room, bins_moved)
+
+    bin_of_sorted = np.repeat(np.asarray(seq_bins, dtype=np.int64), np.asarray(seq_reps, dtype=np.int64))
+    by_bin = np.argsort(bin_of_sorted, kind="stable")  # placement order inside each bin
+    row_starts = np.zeros(n_bins + 1, dtype=np.int64)
+    np.cumsum(np.bincount(bin_of_sorted, minlength=n_bins), out=row_starts[1:])
+    return order[by_bin], row_starts
+
+
+def pack_lengths(lengths: Sequence[int] | np.ndarray, max_len: int) -> list[list[int]]:
+    """Best-fit decreasing bins of item indices, each bin's lengths summing to at most ``max_len``.
+
+    >>> pack_lengths([5, 3, 4, 2, 2], 8)
+    [[0, 1], [2, 3, 4]]
+    """
+    order, starts = pack_bfd(lengths, max_len)
+    was_enabled = gc.isenabled()
+    gc.disable()  # hundreds of thousands of small lists: the cyclic GC would rescan them all, twice as slow
+    try:
+        flat = order.tolist()
+        bounds = starts.tolist()
+        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Packed rows
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PackedRow:
+    """One packed row. All per-token lists have the same length (the row's real tokens, no padding).
+
+    ``seq_lens[j]`` tokens of example ``example_ids[j]``, starting at its token ``example_offsets[j]`` (0 unless
+    the example was split), sit at ``cu_seqlens[j]:cu_seqlens[j + 1]``; ``position_ids`` restart at 0 there and
+    ``labels[cu_seqlens[j]]`` is -100.
+    """
+
+    input_ids: list[int]
+    labels: list[int]
+    position_ids: list[int]
+    seq_lens: list[int]
+    cu_seqlens: list[int]
+    example_ids: list[int]
+    example_offsets: list[int]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.input_ids)
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {
+            "input_ids": self.input_ids,
+            "labels": self.labels,
+            "position_ids": self.position_ids,
+            "seq_lens": self.seq_lens,
+            "cu_seqlens": self.cu_seqlens,
+            "example_ids": self.example_ids,
+            "example_offsets": self.example_offsets,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PackResult:
+    """Packed rows and the accounting of every example and token.
+
+    ``tokens`` are the real tokens in the rows. ``efficiency = tokens / (rows * max_len)``; the lower bound on
+    rows is ``ceil(tokens / max_len)`` and ``bound_ratio = lower_bound_rows / rows`` (1.0 = optimal).
+    ``loss_tokens_in`` counts the tokens that carry loss in the examples as a causal LM trains on them
+    alone (``labels[1:] != -100``, the shift drops label 0), restricted to the tokens that were kept;
+    ``loss_tokens_out`` the same in the packed rows. They are equal unless a split piece lost its first label
+    (``split_labels_masked``).
+    """
+
+    rows: tuple[PackedRow, ...]
+    max_len: int
+    overflow: str
+    examples: int
+    empty_examples: int
+    packed_examples: int
+    tokens: int
+    truncated_examples: int
+    truncated_tokens: int
+    dropped_examples: int
+    dropped_tokens: int
+    split_examples: int
+    split_pieces: int
+    split_labels_masked: int
+    loss_tokens_in: int
+    loss_tokens_out: int
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.rows)
+
+    @property
+    def lower_bound_rows(self) -> int:
+        return math.ceil(self.tokens / self.max_len)
+
+    @property
+    def efficiency(self) -> float:
+        return self.tokens / (self.n_rows * self.max_len) if self.rows else 0.0
+
+    @property
+    def bound_ratio(self) -> float:
+        return self.lower_bound_rows / self.n_rows if self.rows else 1.0
+
+    @property
+    def padding_tokens(self) -> int:
+        """Padding if every row were padded to ``max_len``."""
+        return self.n_rows * self.max_len - self.tokens
+
+    @property
+    def examples_per_row(self) -> float:
+        return self.packed_examples / self.n_rows if self.rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.n_rows,
+            "max_len": self.max_len,
+            "overflow": self.overflow,
+            "examples": self.examples,
+            "empty_examples": self.empty_examples,
+            "packed_examples": self.packed_examples,
+            "examples_per_row": self.examples_per_row,
+            "tokens": self.tokens,
+            "padding_tokens": self.padding_tokens,
+            "efficiency": self.efficiency,
+            "lower_bound_rows": self.lower_bound_rows,
+            "bound_ratio": self.bound_ratio,
+            "truncated_examples": self.truncated_examples,
+            "truncated_tokens": self.truncated_tokens,
+            "dropped_examples": self.dropped_examples,
+            "dropped_tokens": self.dropped_tokens,
+            "split_examples": self.split_examples,
+            "split_pieces": self.split_pieces,
+            "split_labels_masked": self.split_labels_masked,
+            "loss_tokens_in": self.loss_tokens_in,
+            "loss_tokens_out": self.loss_tokens_out,
+        }
+
+    def breakdown(self) -> dict[str, int]:
+        """Where every input token went: ``packed + truncated + dropped == input``."""
+        return {
+            "tokens/input": self.tokens + self.truncated_tokens + self.dropped_tokens,
+            "tokens/packed": self.tokens,
+            "tokens/truncated": self.truncated_tokens,
+            "tokens/dropped": self.dropped_tokens,
+            "slots/rows_x_max_len": self.n_rows * self.max_len,
+            "slots/padding": self.padding_tokens,
+        }
+
+
+def _fields(example: Tokenized | Mapping[str, Sequence[int]]) -> tuple[Sequence[int], Sequence[int]]:
+    if isinstance(example, Mapping):
+        return example["input_ids"], example["labels"]
+    return example.input_ids, example.labels
+
+
+def loss_tokens(labels: Sequence[int]) -> int:
+    """Tokens a causal LM trains on for one sequence: ``labels[1:] != -100`` (the shift drops label 0)."""
+    return sum(1 for t in labels[1:] if t != IGNORE_INDEX)
+
+
+def pack(
+    examples: Sequence[Tokenized] | Sequence[Mapping[str, Sequence[int]]],
+    max_len: int,
+    *,
+    overflow: Overflow | str = "error",
+) -> PackResult:
+    """Pack tokenized examples into rows of at most ``max_len`` tokens by best-fit decreasing.
+
+    ``overflow`` says what happens to an example longer than ``max_len``: ``"error"`` (default) raises a
+    :class:`MemfitError` naming the example, its length and the flags; ``"truncate"`` keeps its first
+    ``max_len`` tokens; ``"drop"`` leaves it out; ``"split"`` cuts it into pieces of ``max_len`` tokens (the
+    last shorter), each packed as its own sequence (positions restart, so a piece does not see the previous
+    piece, and its first label becomes -100: counted in ``split_labels_masked``). Each is counted in the
+    result. Empty examples (0 tokens) have nothing to pack and are counted in ``empty_examples``.
+
+    >>> ex = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}, {"input_ids": [4, 5], "labels": [4, 5]}]
+    >>> row = pack(ex, 8).rows[0]
+    >>> row.input_ids, row.labels, row.position_ids, row.cu_seqlens
+    ([1, 2, 3, 4, 5], [-100, 2, 3, -100, 5], [0, 1, 2, 0, 1], [0, 3, 5])
+    """
+    if overflow not in OVERFLOW_CHOICES:
+        raise MemfitError(f"unknown --overflow {overflow!r}: choose one of {', '.join(OVERFLOW_CHOICES)}")
+    if max_len < 2:
+        raise MemfitError(f"--seq-len must be at least 2 tokens, not {max_len}")
+    fields = [_fields(e) for e in examples]
+    for i, (ids, labels) in enumerate(fields):
+        if len(ids) != len(labels):
+            raise MemfitError(
+                f"example {i} has {len(ids):,} input_ids but {len(labels):,} labels: they must be the same length"
+            )
+    lengths = np.fromiter((len(ids) for ids, _ in fields), dtype=np.int64, count=len(fields))
+    over = np.flatnonzero(lengths > max_len)
+    if over.size and overflow == "error":
+        i = int(over[0])
+        raise MemfitError(
+            f"example {i} has {int(lengths[i]):,} tokens, more than --seq-len {max_len:,} "
+            f"({over.size:,} example{'s are' if over.size > 1 else ' is'} longer): raise --seq-len or pass "
+            "--overflow truncate|drop|split"
+        )
+    # Pieces to pack: (example, offset, length)
+    item_example: list[int] = []
+    item_offset: list[int] = []
+    item_len: list[int] = []
+    truncated_examples = truncated_tokens = dropped_examples = dropped_tokens = 0
+    split_examples = split_pieces = 0
+    empty = 0
+    for i, n in enumerate(lengths.tolist()):
+        if n == 0:
+            empty += 1
+        elif n <= max_len:
+            item_example.append(i)
+            item_offset.append(0)
+            item_len.append(n)
+        elif overflow == "truncate":
+            truncated_examples += 1
+            truncated_tokens += n - max_len
+            item_example.append(i)
+            item_offset.append(0)
+            item_len.append(max_len)
+        elif overflow == "drop":
+            dropped_examples += 1
+            dropped_tokens += n
+        else:  # split
+            split_examples += 1
+            for off in range(0, n, max_len):
+                split_pieces += 1
+                item_example.append(i)
+                item_offset.append(off)
+                item_len.append(min(max_len, n - off))
+
+    order, starts = pack_bfd(item_len, max_len)
+    rows: list[PackedRow] = []
+    loss_in = loss_out = split_masked = 0
+    flat = order.tolist()
+    bounds = starts.tolist()
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        input_ids: list[int] = []
+        labels: list[int] = []
+        position_ids: list[int] = []
+        seq_lens: list[int] = []
+        cu = [0]
+        ex_ids: list[int] = []
+        ex_offs: list[int] = []
+        for item in flat[a:b]:
+            e, off, n = item_example[item], item_offset[item], item_len[item]
+            ids, labs = fields[e]
+            piece_labels = list(labs[off : off + n])
+            loss_in += sum(1 for t in piece_labels[1:] if t != IGNORE_INDEX)
+            if off and piece_labels[0] != IGNORE_INDEX:
+                loss_in += 1  # in the whole example this label was trained on; the piece cannot keep it
+                split_masked += 1
+            piece_labels[0] = IGNORE_INDEX
+            input_ids.extend(ids[off : off + n])
+            labels.extend(piece_labels)
+            position_ids.extend(range(n))
+            seq_lens.append(n)
+            cu.append(cu[-1] + n)
+            ex_ids.append(e)
+            ex_offs.append(off)
+        loss_out += loss_tokens(labels)
+        rows.append(
+            PackedRow(
+                input_ids=input_ids,
+                labels=labels,
+                position_ids=position_ids,
+                seq_lens=seq_lens,
+                cu_seqlens=cu,
+                example_ids=ex_ids,
+                example_offsets=ex_offs,
+            )
+        )
+    return PackResult(
+        rows=tuple(rows),
+        max_len=max_len,
+        overflow=str(overflow),
+        examples=len(fields),
+        empty_examples=empty,
+        packed_examples=len(fields) - empty - dropped_examples,
+        tokens=int(sum(item_len)),
+        truncated_examples=truncated_examples,
+        truncated_tokens=truncated_tokens,
+        dropped_examples=dropped_examples,
+        dropped_tokens=dropped_tokens,
+        split_examples=split_examples,
+        split_pieces=split_pieces,
+        split_labels_masked=split_masked,
+        loss_tokens_in=loss_in,
+        loss_tokens_out=loss_out,
+    )
+
+
+def block_mask_bytes(batch: int, seq_len: int, dtype_bytes: int = 4) -> int:
+    """Bytes of a materialised additive block-diagonal mask, shape ``(batch, 1, seq_len, seq_len)``.
+
+    ``B * 1 * L * L * dtype_bytes``; worked example: batch 4, L = 4096, fp32 (4 bytes):
+    4 * 4096 * 4096 * 4 = 268,435,456 bytes = 256 MiB, held for the whole forward and backward. The
+    position-ids form (:class:`memfit.data.collator.PackedCollator` with ``attention="position_ids"``) with
+    flash attention needs none; sdpa and eager build a boolean or float mask of this shape internally anyway
+    (transformers' ``create_causal_mask``), so count it once per step either way.
+
+    >>> block_mask_bytes(4, 4096, 4)
+    268435456
+    """
+    if batch < 0 or seq_len < 0 or dtype_bytes < 1:
+        raise MemfitError("block mask size needs batch >= 0, seq_len >= 0 and dtype_bytes >= 1")
+    return batch * 1 * seq_len * seq_len * dtype_bytes
