@@ -1,0 +1,216 @@
+"""Build the real transformers (+ PEFT) model a :class:`~memfit.estimate.spec.RunSpec` describes.
+
+Random weights from the config alone: nothing is downloaded, no ``trust_remote_code``. The spec is
+applied the way a Trainer-based fine-tuning script applies it:
+
+==================  =====================================================================================
+spec field          what the model gets
+==================  =====================================================================================
+``precision``       ``fp32|bf16|fp16``: weights created in that dtype (``from_config(dtype=...)``), no
+                    autocast. ``mixed-*``: fp32 weights; :func:`autocast_dtype` gives the autocast dtype
+                    the step runs under.
+``method``          ``full``: every parameter trains. ``lora``: ``peft.get_peft_model`` with
+                    ``LoraConfig(r=rank, lora_alpha=alpha, lora_dropout, target_modules, modules_to_save)``;
+                    adapter weights are fp32 (PEFT's ``autocast_adapter_dtype=True``). ``qlora``: needs
+                    bitsandbytes and CUDA.
+``targets``         ``()`` = PEFT's default for the architecture, ``("all-linear",)`` = ``"all-linear"``.
+``checkpointing``   ``full``: every decoder layer, non-reentrant (``use_reentrant=False``);
+                    ``every-k``: one decoder layer in ``checkpoint_every``; ``offload`` keeps the
+                    checkpoints in host memory (transformers' ``offload=True``).
+``attention``       ``eager`` | ``sdpa`` | ``flash`` (= ``flash_attention_2``).
+==================  =====================================================================================
+
+``model.config.use_cache = False`` always: the KV cache has no role in training.
+
+Device placement and weight initialisation happen in one place (:func:`build_model`'s
+``with torch.device(device)`` block), so the builder also works under ``torch.device("meta")`` or a
+``FakeTensorMode`` (the trace engine builds models that way): no ``.item()``, no explicit ``.to()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import warnings
+from typing import Any
+
+from memfit.errors import MemfitError, require_extra
+from memfit.estimate.spec import ALL_LINEAR, RunSpec
+
+require_extra("torch", "torch")
+require_extra("transformers", "torch")
+
+import torch  # noqa: E402
+
+ATTN_IMPLEMENTATION = {"eager": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
+
+WEIGHT_DTYPE = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "mixed-bf16": torch.float32,
+    "mixed-fp16": torch.float32,
+}
+
+
+def weight_dtype(spec: RunSpec) -> torch.dtype:
+    """The dtype the (non-adapter) weights are stored in: fp32 master weights for ``mixed-*``."""
+    return WEIGHT_DTYPE[spec.precision]
+
+
+def autocast_dtype(spec: RunSpec) -> torch.dtype | None:
+    """The autocast dtype for ``mixed-*`` precision, ``None`` when the step runs without autocast."""
+    return {"mixed-bf16": torch.bfloat16, "mixed-fp16": torch.float16}.get(spec.precision)
+
+
+def hf_config(config: dict[str, Any]) -> Any:
+    """A transformers ``PretrainedConfig`` from a config dict (``model_type`` names the architecture)."""
+    from transformers import AutoConfig
+
+    cfg = dict(config)
+    model_type = cfg.pop("model_type", None)
+    if not model_type:
+        raise MemfitError("the config has no model_type: add one (e.g. \"llama\") to config.json")
+    for key in ("architectures", "auto_map", "transformers_version", "_name_or_path"):
+        cfg.pop(key, None)
+    if cfg.get("torch_dtype") is not None or cfg.get("dtype") is not None:
+        cfg.pop("torch_dtype", None)
+        cfg.pop("dtype", None)
+    try:
+        return AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError) as exc:
+        raise MemfitError(f"transformers cannot build a {model_type!r} config ({exc}); "
+                          "pass a config of a supported architecture (see `memfit models`)") from exc
+
+
+def check_spec(spec: RunSpec, device: str) -> None:
+    """Raise a MemfitError for spec settings the real model cannot run on ``device``."""
+    if spec.method == "qlora":
+        if device != "cuda" or importlib.util.find_spec("bitsandbytes") is None:
+            raise MemfitError("--method qlora needs bitsandbytes and CUDA to measure "
+                              "(pip install bitsandbytes on a CUDA machine); use --method lora here, "
+                              "or `memfit estimate` for the QLoRA prediction")
+    if spec.checkpointing == "sqrt":
+        raise MemfitError("--checkpointing sqrt (Chen et al. segments) cannot be measured: transformers "
+                          "checkpoints whole decoder layers; use full or every-k")
+    if spec.attention == "flash" and device != "cuda":
+        raise MemfitError("--attention flash needs CUDA and flash-attn; use --attention sdpa on CPU")
+    if spec.attention == "flash" and importlib.util.find_spec("flash_attn") is None:
+        raise MemfitError("--attention flash needs the flash-attn package (pip install flash-attn); "
+                          "or use --attention sdpa")
+    if spec.loss != "standard":
+        raise MemfitError("measure runs transformers' standard loss only; drop --loss chunked "
+                          "(or compare it with `memfit estimate`)")
+
+
+def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> torch.nn.Module:
+    """The training-ready model for ``spec``: random weights on ``device``, spec applied, ``train()`` mode.
+
+    Returns a ``transformers`` ``PreTrainedModel`` for ``method="full"`` or a ``peft.PeftModel`` for LoRA.
+    ``device`` may be ``"cpu"``, ``"cuda"``, ``"meta"``; under an active ``FakeTensorMode`` the weights
+    are fake tensors.
+    """
+    check_spec(spec, "cuda" if str(device).startswith("cuda") else str(device))
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    cfg = hf_config(config)
+    cfg.use_cache = False
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(
+                cfg, attn_implementation=ATTN_IMPLEMENTATION[spec.attention], dtype=weight_dtype(spec))
+    model.config.use_cache = False
+
+    if spec.checkpointing != "none":
+        every = spec.checkpoint_every if spec.checkpointing == "every-k" else 1
+        kwargs = {"use_reentrant": False}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
+                                                      every_n_layers=every, offload=spec.offload)
+            elif every == 1 and not spec.offload:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            else:
+                raise MemfitError("--checkpointing every-k and --offload need transformers with "
+                                  "activation_checkpointing_enable; use --checkpointing full")
+
+    if spec.is_adapter:
+        model = _apply_lora(model, spec)
+    else:
+        model.requires_grad_(True)
+    model.train()
+    return model
+
+
+def lora_config(spec: RunSpec) -> Any:
+    """PEFT's ``LoraConfig`` for ``spec`` (``targets=()`` = PEFT's default for the architecture)."""
+    require_extra("peft", "torch")
+    from peft import LoraConfig
+
+    targets: str | list[str] | None
+    if not spec.targets:
+        targets = None
+    elif spec.targets == (ALL_LINEAR,):
+        targets = ALL_LINEAR
+    else:
+        targets = list(spec.targets)
+    return LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.lora_dropout,
+        target_modules=targets,
+        modules_to_save=list(spec.modules_to_save) or None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def _apply_lora(model: torch.nn.Module, spec: RunSpec) -> torch.nn.Module:
+    from peft import get_peft_model
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            peft_model = get_peft_model(model, lora_config(spec))  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise MemfitError(f"PEFT cannot apply LoRA with --targets {','.join(spec.targets) or '(default)'}: "
+                          f"{exc}. Name modules the model has (e.g. q_proj,v_proj) or use all-linear") from exc
+    if spec.checkpointing != "none":
+        # Frozen embeddings give the first checkpointed block an input that does not require grad;
+        # non-reentrant checkpointing copes, but PEFT and the Trainer enable this, so we do too.
+        with contextlib.suppress(AttributeError, NotImplementedError):
+            peft_model.enable_input_require_grads()
+    return peft_model
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters the optimizer steps (``requires_grad``), in module order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def tiny_config(model_type: str = "llama", *, layers: int = 2, hidden: int = 64, heads: int = 4,
+                kv_heads: int | None = None, intermediate: int | None = None, vocab: int = 256,
+                max_positions: int = 512, **extra: Any) -> dict[str, Any]:
+    """A small HF config dict of a real architecture, for tests and benchmarks (seconds on CPU).
+
+    >>> tiny_config("llama", layers=2)["num_hidden_layers"]
+    2
+    """
+    kv = kv_heads or heads
+    inter = intermediate or 4 * hidden
+    if model_type == "gpt2":
+        cfg: dict[str, Any] = {"model_type": "gpt2", "n_layer": layers, "n_embd": hidden, "n_head": heads,
+                               "n_inner": inter, "n_positions": max_positions, "vocab_size": vocab}
+    elif model_type == "gpt_neox":
+        cfg = {"model_type": "gpt_neox", "num_hidden_layers": layers, "hidden_size": hidden,
+               "num_attention_heads": heads, "intermediate_size": inter, "vocab_size": vocab,
+               "max_position_embeddings": max_positions}
+    else:
+        cfg = {"model_type": model_type, "num_hidden_layers": layers, "hidden_size": hidden,
+               "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
+               "vocab_size": vocab, "max_position_embeddings": max_positions}
+    cfg.update(extra)
+    return cfg
