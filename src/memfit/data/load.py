@@ -1,0 +1,429 @@
+"""Reading training records from the files people keep data sets in.
+
+=====================================  ==================================================================
+path                                   read as
+=====================================  ==================================================================
+``*.jsonl``, ``*.jsonl.gz``            one JSON object per line; a bad line is skipped and counted
+``*.json`` (``.json.gz``)              a list of objects, or an object holding one such list (ShareGPT
+                                       files are lists); a ``.json`` file that is really JSON lines is
+                                       read as JSON lines
+``*.csv`` (``.csv.gz``)                a header row, then one record per row (values are strings); a row
+                                       with the wrong number of cells is skipped and counted
+``*.parquet``                          pyarrow
+a directory from ``save_to_disk``      its Arrow shards (``state.json``), read with pyarrow; ``datasets``
+                                       is not needed. A ``DatasetDict`` directory names its splits.
+=====================================  ==================================================================
+
+Nothing is lost silently: every record that cannot be used (malformed JSON, not an object, the field
+missing or of the wrong type, an unknown chat role) becomes a :class:`Skipped` with its line number
+(the 1-based line of a JSONL file, the 1-based data row of a CSV / Parquet / JSON list) and the
+reason, and the rest is analysed. A field missing from every record is an error naming the fields that
+exist; an empty file is an error saying so.
+
+Chats (``messages=``) are accepted in the OpenAI layout (``[{"role": "user", "content": "..."}]``)
+and the ShareGPT layout (``[{"from": "human", "value": "..."}]``); :func:`normalise_messages` turns
+both into OpenAI ``role``/``content`` dicts with roles ``system``/``user``/``assistant``/``tool``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memfit.errors import MemfitError
+
+__all__ = [
+    "FieldSpec",
+    "LoadedRecords",
+    "Skipped",
+    "infer_fields",
+    "load_records",
+    "normalise_messages",
+]
+
+# ShareGPT "from" values (and OpenAI role aliases) -> OpenAI roles.
+ROLE_ALIASES: dict[str, str] = {
+    "system": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "model": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "observation": "tool",
+    "ipython": "tool",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Skipped:
+    """One record that was not analysed: where it is (1-based line or row) and why."""
+
+    line: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FieldSpec:
+    """Which fields of a record hold the training text: exactly one of text, prompt+completion, messages."""
+
+    text: str | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    messages: str | None = None
+
+    def __post_init__(self) -> None:
+        modes = sum((self.text is not None, self.prompt is not None or self.completion is not None,
+                     self.messages is not None))
+        if modes > 1:
+            raise MemfitError("give one of --text, --prompt/--completion or --messages, not several")
+        if (self.prompt is None) != (self.completion is None):
+            raise MemfitError("--prompt and --completion go together: give both")
+
+    @property
+    def mode(self) -> str:
+        """``"text"``, ``"prompt_completion"``, ``"messages"``, or ``"none"`` when no field is named."""
+        if self.text is not None:
+            return "text"
+        if self.prompt is not None:
+            return "prompt_completion"
+        if self.messages is not None:
+            return "messages"
+        return "none"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.text, self.prompt, self.completion, self.messages) if n is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "prompt": self.prompt, "completion": self.completion,
+                "messages": self.messages}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadedRecords:
+    """The usable records of a file (raw rows, in file order), what was skipped, and the fields seen.
+
+    ``lines[i]`` is the 1-based line (JSONL) or row (other formats) that ``records[i]`` came from.
+    ``spec`` says which fields were checked (inferred when none was named, see :func:`infer_fields`).
+    """
+
+    path: str
+    format: str
+    records: list[dict[str, Any]]
+    lines: list[int]
+    skipped: list[Skipped]
+    fields: list[str]
+    spec: FieldSpec = field(default_factory=FieldSpec)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format, "count": len(self.records),
+                "skipped": [s.to_dict() for s in self.skipped], "fields": self.fields,
+                "spec": self.spec.to_dict()}
+
+
+def load_records(
+    path: str | Path,
+    *,
+    text: str | None = None,
+    prompt: str | None = None,
+    completion: str | None = None,
+    messages: str | None = None,
+) -> LoadedRecords:
+    """Read the records of ``path`` and check the named fields (see the module docstring for formats).
+
+    With no field named, the fields are inferred (:func:`infer_fields`). Records lacking a field, or
+    holding a value of the wrong type, are skipped with their line and reason; a field present in no
+    record at all raises :class:`MemfitError` naming the fields that exist.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise MemfitError(f"no such file or directory: {p}")
+    fmt = _detect_format(p)
+    rows, skipped = _READERS[fmt](p)
+    if not rows and not skipped:
+        raise MemfitError(f"{p} is empty: it holds no records")
+    fields = _fields_seen(rows)
+    if not rows:
+        first = skipped[0]
+        raise MemfitError(f"{p}: no readable record ({len(skipped)} skipped; line {first.line}: {first.reason})")
+
+    spec = FieldSpec(text=text, prompt=prompt, completion=completion, messages=messages)
+    if spec.mode == "none":
+        spec = infer_fields(fields, path=p)
+    for name in spec.names:
+        if name not in fields:
+            raise MemfitError(f"{p} has no field {name!r}; its fields are: {', '.join(fields) or '(none)'}")
+
+    records: list[dict[str, Any]] = []
+    lines: list[int] = []
+    for line, row in rows:
+        reason = _check_record(row, spec)
+        if reason is None:
+            records.append(row)
+            lines.append(line)
+        else:
+            skipped.append(Skipped(line=line, reason=reason))
+    skipped.sort(key=lambda s: s.line)
+    if not records:
+        first = skipped[0]
+        raise MemfitError(f"{p}: no usable record ({len(skipped)} skipped; line {first.line}: {first.reason})")
+    return LoadedRecords(path=str(p), format=fmt, records=records, lines=lines, skipped=skipped, fields=fields,
+                         spec=spec)
+
+
+def infer_fields(fields: list[str], *, path: str | Path = "data") -> FieldSpec:
+    """Guess the field spec from the fields present: ``messages``/``conversations`` (chat), then
+    ``prompt``+``completion``, then ``text``. Anything else must be named.
+
+    >>> infer_fields(["id", "conversations"]).messages
+    'conversations'
+    >>> infer_fields(["prompt", "completion"]).mode
+    'prompt_completion'
+    """
+    for name in ("messages", "conversations"):
+        if name in fields:
+            return FieldSpec(messages=name)
+    if "prompt" in fields and "completion" in fields:
+        return FieldSpec(prompt="prompt", completion="completion")
+    if "text" in fields:
+        return FieldSpec(text="text")
+    raise MemfitError(f"cannot tell which fields of {path} to tokenise (fields: {', '.join(fields)}): "
+                      "pass --text FIELD, --prompt FIELD --completion FIELD, or --messages FIELD")
+
+
+def normalise_messages(value: Any) -> list[dict[str, str]]:
+    """A chat in the OpenAI (``role``/``content``) or ShareGPT (``from``/``value``) layout as OpenAI dicts.
+
+    Raises ``ValueError`` with the reason when the value is not a chat.
+
+    >>> normalise_messages([{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}])
+    [{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'hello'}]
+    """
+    if not isinstance(value, list) or not value:
+        raise ValueError("messages is not a non-empty list")
+    out = []
+    for i, msg in enumerate(value):
+        if not isinstance(msg, dict):
+            raise ValueError(f"message {i} is not an object")
+        if "role" in msg:
+            role, content = msg.get("role"), msg.get("content")
+        elif "from" in msg:
+            role, content = msg.get("from"), msg.get("value")
+        else:
+            raise ValueError(f"message {i} has neither role/content nor from/value")
+        if not isinstance(role, str) or role.lower() not in ROLE_ALIASES:
+            raise ValueError(f"message {i} has an unknown role {role!r}")
+        if not isinstance(content, str):
+            raise ValueError(f"message {i} has no text content")
+        out.append({"role": ROLE_ALIASES[role.lower()], "content": content})
+    if not any(m["role"] == "assistant" for m in out):
+        raise ValueError("chat has no assistant turn")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Format readers: each returns [(line, row)] and the rows it could not parse.
+
+_Rows = tuple[list[tuple[int, dict[str, Any]]], list[Skipped]]
+
+
+def _detect_format(p: Path) -> str:
+    if p.is_dir():
+        if (p / "dataset_dict.json").exists():
+            splits = sorted(c.name for c in p.iterdir() if c.is_dir())
+            raise MemfitError(f"{p} is a DatasetDict with splits {', '.join(splits)}: pass one split's "
+                              f"directory, e.g. {p / (splits[0] if splits else 'train')}")
+        if (p / "state.json").exists() or list(p.glob("*.arrow")):
+            return "arrow"
+        raise MemfitError(f"{p} is a directory but not one written by datasets' save_to_disk "
+                          "(no state.json or .arrow files)")
+    name = p.name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    for ext, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "json"), (".csv", "csv"),
+                     (".parquet", "parquet"), (".pq", "parquet"), (".arrow", "arrow")):
+        if name.endswith(ext):
+            return fmt
+    raise MemfitError(f"cannot tell the format of {p}: use .jsonl, .jsonl.gz, .json, .csv, .parquet "
+                      "or a directory from datasets' save_to_disk")
+
+
+def _open_text(p: Path) -> io.TextIOBase:
+    if p.name.lower().endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", errors="replace", newline="")
+    return open(p, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+
+
+def _read_jsonl(p: Path) -> _Rows:
+    rows: list[tuple[int, dict[str, Any]]] = []
+    skipped: list[Skipped] = []
+    try:
+        with _open_text(p) as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    skipped.append(Skipped(line=line_no, reason=f"malformed JSON: {exc.msg} at column {exc.colno}"))
+                    continue
+                if isinstance(row, dict):
+                    rows.append((line_no, row))
+                else:
+                    skipped.append(Skipped(line=line_no, reason=f"not a JSON object but {type(row).__name__}"))
+    except (OSError, EOFError) as exc:
+        raise MemfitError(f"cannot read {p}: {exc}") from exc
+    return rows, skipped
+
+
+def _read_json(p: Path) -> _Rows:
+    try:
+        with _open_text(p) as f:
+            content = f.read()
+    except (OSError, EOFError) as exc:
+        raise MemfitError(f"cannot read {p}: {exc}") from exc
+    if not content.strip():
+        return [], []
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # JSON lines in a .json file
+            return _read_jsonl(p)
+        raise MemfitError(f"{p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    if isinstance(data, dict):
+        lists = [v for v in data.values() if isinstance(v, list)]
+        if len(lists) != 1:
+            raise MemfitError(f"{p} holds a JSON object, not a list of records; expected a list "
+                              "(or an object with exactly one list in it)")
+        data = lists[0]
+    if not isinstance(data, list):
+        raise MemfitError(f"{p} holds a JSON {type(data).__name__}, not a list of records")
+    rows: list[tuple[int, dict[str, Any]]] = []
+    skipped: list[Skipped] = []
+    for i, row in enumerate(data, start=1):
+        if isinstance(row, dict):
+            rows.append((i, row))
+        else:
+            skipped.append(Skipped(line=i, reason=f"record {i} is not a JSON object but {type(row).__name__}"))
+    return rows, skipped
+
+
+def _read_csv(p: Path) -> _Rows:
+    rows: list[tuple[int, dict[str, Any]]] = []
+    skipped: list[Skipped] = []
+    try:
+        with _open_text(p) as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return [], []
+            for cells in reader:
+                line_no = reader.line_num
+                if not cells:
+                    continue
+                if len(cells) != len(header):
+                    skipped.append(Skipped(line=line_no, reason=f"{len(cells)} cells where the header has "
+                                                                f"{len(header)}"))
+                    continue
+                rows.append((line_no, dict(zip(header, cells, strict=True))))
+    except csv.Error as exc:
+        raise MemfitError(f"cannot parse {p} as CSV: {exc}") from exc
+    except (OSError, EOFError) as exc:
+        raise MemfitError(f"cannot read {p}: {exc}") from exc
+    return rows, skipped
+
+
+def _read_parquet(p: Path) -> _Rows:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise MemfitError("reading Parquet needs pyarrow: pip install 'memfit[data]'") from exc
+    try:
+        table = pq.read_table(p)
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        raise MemfitError(f"cannot read {p} as Parquet: {exc}") from exc
+    return [(i, row) for i, row in enumerate(table.to_pylist(), start=1)], []
+
+
+def _arrow_shards(p: Path) -> Iterator[Path]:
+    if p.is_file():
+        yield p
+        return
+    state = p / "state.json"
+    if state.exists():
+        try:
+            files = json.loads(state.read_text())["_data_files"]
+            for entry in files:
+                yield p / entry["filename"]
+            return
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise MemfitError(f"cannot read {state}: {exc}") from exc
+    yield from sorted(p.glob("*.arrow"))
+
+
+def _read_arrow(p: Path) -> _Rows:
+    try:
+        import pyarrow as pa
+    except ImportError as exc:
+        raise MemfitError("reading a save_to_disk directory needs pyarrow: pip install 'memfit[data]'") from exc
+    rows: list[tuple[int, dict[str, Any]]] = []
+    n = 0
+    for shard in _arrow_shards(p):
+        try:
+            with open(shard, "rb") as f:
+                try:
+                    table = pa.ipc.open_stream(f).read_all()
+                except pa.ArrowInvalid:
+                    f.seek(0)
+                    table = pa.ipc.open_file(f).read_all()
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise MemfitError(f"cannot read the Arrow shard {shard}: {exc}") from exc
+        for row in table.to_pylist():
+            n += 1
+            rows.append((n, row))
+    return rows, []
+
+
+_READERS = {"jsonl": _read_jsonl, "json": _read_json, "csv": _read_csv, "parquet": _read_parquet,
+            "arrow": _read_arrow}
+
+
+def _fields_seen(rows: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for _, row in rows:
+        for key in row:
+            seen.setdefault(str(key), None)
+    return list(seen)
+
+
+def _check_record(row: dict[str, Any], spec: FieldSpec) -> str | None:
+    """The reason ``row`` cannot be used under ``spec``, or None when it can."""
+    for name in spec.names:
+        if name not in row:
+            return f"no field {name!r} (this record has: {', '.join(map(str, row)) or 'nothing'})"
+        value = row[name]
+        if name == spec.messages:
+            try:
+                normalise_messages(value)
+            except ValueError as exc:
+                return f"field {name!r}: {exc}"
+        elif not isinstance(value, str):
+            return f"field {name!r} is {type(value).__name__}, not text"
+    return None

@@ -1,0 +1,263 @@
+"""Tokenising records the way a fine-tuning run does, with labels that say which tokens carry the loss.
+
+Three layouts, each encoded in batches through the fast (Rust) tokenizer:
+
+``text``
+    ``tokenizer(text)`` with the tokenizer's own special tokens (BOS for Llama 2), then EOS appended
+    when the tokenizer has one and the text does not already end with it (TRL's ``SFTTrainer`` does the
+    same, so the model learns to stop). Every token carries the loss: ``labels == input_ids``.
+
+``prompt`` + ``completion``
+    The prompt and the completion are tokenised separately and concatenated:
+    ``tokenizer(prompt)`` (special tokens included, e.g. BOS) + ``tokenizer(completion,
+    add_special_tokens=False)`` + ``[EOS]``. Labels are -100 on the prompt tokens and equal the ids on
+    the completion and EOS, so only the completion carries loss (completion-only loss). Tokenising the
+    two separately keeps the prompt/completion boundary on a token boundary, as completion-only
+    trainers need; it can differ from tokenising the joined string by a token at the seam.
+
+``messages``
+    A chat (OpenAI ``role``/``content`` or ShareGPT ``from``/``value``) rendered to text with the
+    tokenizer's chat template, then encoded without adding special tokens (the template writes them,
+    as ``apply_chat_template(tokenize=True)`` does). Labels are kept on the assistant turns only. An
+    assistant turn is located in the rendered text, so templates that render earlier turns differently
+    from the last one (Qwen3 drops ``<think>`` blocks from history) are handled: the turn's span runs
+    from the end of the template's generation prompt before it (``<|im_start|>assistant\\n`` for Qwen3,
+    learnt by rendering a probe chat with and without ``add_generation_prompt``) through the content
+    and the end-of-turn special token that follows it (``<|im_end|>``). A token carries loss when it
+    starts inside a span.
+
+Worked example (GSM8K train record 1, Llama 2): the question "Natalia sold clips to 48 ..." encodes to
+BOS + 41 tokens, the answer to 62 tokens, + EOS: ``input_ids`` has 42 + 62 + 1 = 105 tokens, of which
+62 + 1 = 63 carry loss.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memfit.data.load import FieldSpec, normalise_messages
+from memfit.errors import MemfitError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["IGNORE_INDEX", "TokenizedExample", "assistant_spans", "render_chats", "tokenize_records"]
+
+IGNORE_INDEX = -100  # the label PyTorch's cross_entropy (and transformers) ignore
+CHUNK = 1024  # records per batched encode call (one progress-bar step)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokenizedExample:
+    """One training example: token ids and labels (-100 where no loss is taken), same length."""
+
+    input_ids: list[int]
+    labels: list[int]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def loss_tokens(self) -> int:
+        """Tokens whose label is not -100 (before the causal shift the model applies)."""
+        return sum(1 for label in self.labels if label != IGNORE_INDEX)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"input_ids": self.input_ids, "labels": self.labels}
+
+
+def tokenize_records(
+    tokenizer: PreTrainedTokenizerBase,
+    records: Sequence[dict[str, Any]],
+    *,
+    text: str | None = None,
+    prompt: str | None = None,
+    completion: str | None = None,
+    messages: str | None = None,
+    progress: bool = True,
+    add_eos: bool = True,
+) -> list[TokenizedExample]:
+    """Tokenise ``records`` (one example each, in order) in one of the three layouts (module docstring).
+
+    ``add_eos`` appends EOS in the text and prompt/completion layouts (chats end as their template says).
+    """
+    spec = FieldSpec(text=text, prompt=prompt, completion=completion, messages=messages)
+    eos = tokenizer.eos_token_id if add_eos else None
+    with _Progress(len(records), enabled=progress) as bar:
+        if spec.mode == "text":
+            ids = _encode([r[spec.text] for r in records], tokenizer, special=True, bar=bar)
+            out = []
+            for x in ids:
+                if eos is not None and (not x or x[-1] != eos):
+                    x.append(eos)
+                out.append(TokenizedExample(input_ids=x, labels=list(x)))
+            return out
+        if spec.mode == "prompt_completion":
+            bar.total *= 2
+            p_ids = _encode([r[spec.prompt] for r in records], tokenizer, special=True, bar=bar)
+            c_ids = _encode([r[spec.completion] for r in records], tokenizer, special=False, bar=bar)
+            tail = [eos] if eos is not None else []
+            out = []
+            for p, c in zip(p_ids, c_ids, strict=True):
+                c = c + tail
+                out.append(TokenizedExample(input_ids=p + c, labels=[IGNORE_INDEX] * len(p) + c))
+            return out
+        if spec.mode == "messages":
+            return _tokenize_chats(tokenizer, [r[spec.messages] for r in records], bar)
+    raise MemfitError("name the fields to tokenise: text=, prompt= and completion=, or messages=")
+
+
+def render_chats(tokenizer: PreTrainedTokenizerBase, chats: Sequence[Any]) -> list[str]:
+    """Each chat rendered to text with the tokenizer's chat template (no generation prompt)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise MemfitError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')} has no chat template, so "
+                          "--messages cannot be rendered: use a tokenizer with one (e.g. an instruct model's) "
+                          "or --text / --prompt --completion")
+    out = []
+    for i, chat in enumerate(chats):
+        msgs = chat if _is_normalised(chat) else normalise_messages(chat)
+        try:
+            out.append(str(tokenizer.apply_chat_template(msgs, tokenize=False)))
+        except Exception as exc:  # jinja raises TemplateError for chats the template rejects
+            raise MemfitError(f"the chat template rejects chat {i}: {exc}") from exc
+    return out
+
+
+def assistant_spans(tokenizer: PreTrainedTokenizerBase, msgs: list[dict[str, str]], rendered: str,
+                    *, markers: tuple[str, list[str]] | None = None) -> list[tuple[int, int]]:
+    """Character spans of the assistant turns of ``msgs`` in their rendering ``rendered``.
+
+    A span runs from the end of the generation prompt before the turn's content (or the content's start
+    when the template has none) through the content and a directly following end-of-turn special token.
+    """
+    gen_prompt, specials = markers if markers is not None else _template_markers(tokenizer)
+    spans = []
+    cursor = 0
+    for k, msg in enumerate(msgs):
+        if msg["role"] != "assistant":
+            # advance past non-assistant content so an assistant turn quoting it is not matched early
+            pos = rendered.find(msg["content"], cursor) if msg["content"] else -1
+            if pos >= 0:
+                cursor = pos + len(msg["content"])
+            continue
+        content = msg["content"]
+        start = rendered.find(content, cursor)
+        if start < 0 and content.strip():
+            content = content.strip()
+            start = rendered.find(content, cursor)
+        if start < 0:
+            raise MemfitError(f"cannot find assistant turn {k} in the chat template's rendering; "
+                              "the template rewrites assistant content in a way memfit cannot follow")
+        end = start + len(content)
+        if gen_prompt:
+            head = rendered.rfind(gen_prompt, cursor, start + 1)
+            if head >= 0:
+                start = head + len(gen_prompt)
+        for special in specials:
+            m = re.match(r"\s*" + re.escape(special), rendered[end:])
+            if m:
+                end += m.end()
+                break
+        spans.append((start, end))
+        cursor = end
+    return spans
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _encode(texts: list[str], tokenizer: PreTrainedTokenizerBase, *, special: bool, bar: _Progress,
+            offsets: bool = False) -> Any:
+    ids: list[list[int]] = []
+    offs: list[list[tuple[int, int]]] = []
+    for i in range(0, len(texts), CHUNK):
+        batch = texts[i:i + CHUNK]
+        enc = tokenizer(batch, add_special_tokens=special, return_attention_mask=False,
+                        return_token_type_ids=False, return_offsets_mapping=offsets)
+        ids.extend(enc["input_ids"])
+        if offsets:
+            offs.extend(enc["offset_mapping"])
+        bar.advance(len(batch))
+    return (ids, offs) if offsets else ids
+
+
+def _is_normalised(chat: Any) -> bool:
+    return isinstance(chat, list) and all(isinstance(m, dict) and set(m) == {"role", "content"} for m in chat)
+
+
+def _template_markers(tokenizer: PreTrainedTokenizerBase) -> tuple[str, list[str]]:
+    """The generation prompt and the end-of-turn special tokens, learnt from probe renderings."""
+    probe = [{"role": "user", "content": "memfit-probe-question"}]
+    try:
+        bare = str(tokenizer.apply_chat_template(probe, tokenize=False))
+        gen = str(tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True))
+        full = str(tokenizer.apply_chat_template(
+            [*probe, {"role": "assistant", "content": "memfit-probe-answer"}], tokenize=False))
+    except Exception:  # a template that rejects the probe: fall back to content-only spans
+        return "", _special_strings(tokenizer)
+    gen_prompt = gen[len(bare):].lstrip("\n") if gen.startswith(bare) else ""
+    after = full.split("memfit-probe-answer", 1)[1] if "memfit-probe-answer" in full else ""
+    specials = [s for s in _special_strings(tokenizer) if after.lstrip().startswith(s)]
+    return gen_prompt, specials or _special_strings(tokenizer)
+
+
+def _special_strings(tokenizer: PreTrainedTokenizerBase) -> list[str]:
+    names = {str(t) for t in getattr(tokenizer, "all_special_tokens", []) if t}
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    names.update(str(t.content) for t in decoder.values() if getattr(t, "special", False))
+    return sorted(names, key=len, reverse=True)
+
+
+def _tokenize_chats(tokenizer: PreTrainedTokenizerBase, chats: list[Any], bar: _Progress) -> list[TokenizedExample]:
+    msgs_list = [normalise_messages(c) for c in chats]
+    texts = render_chats(tokenizer, msgs_list)
+    markers = _template_markers(tokenizer)
+    ids_list, offs_list = _encode(texts, tokenizer, special=False, bar=bar, offsets=True)
+    out = []
+    for msgs, text, ids, offs in zip(msgs_list, texts, ids_list, offs_list, strict=True):
+        spans = assistant_spans(tokenizer, msgs, text, markers=markers)
+        labels = [IGNORE_INDEX] * len(ids)
+        s = 0
+        for j, (a, _b) in enumerate(offs):
+            while s < len(spans) and a >= spans[s][1]:
+                s += 1
+            if s == len(spans):
+                break
+            if spans[s][0] <= a < spans[s][1]:
+                labels[j] = ids[j]
+        out.append(TokenizedExample(input_ids=list(ids), labels=labels))
+    return out
+
+
+class _Progress:
+    """A transient rich progress bar on stderr (or nothing when disabled)."""
+
+    def __init__(self, total: int, *, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled and total > 0
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("tokenising"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._progress.__enter__()
+            self._task = self._progress.add_task("tokenising", total=self.total)
+        return self
+
+    def advance(self, n: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=n, total=self.total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+
+
