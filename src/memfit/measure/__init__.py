@@ -22,7 +22,7 @@ _NAMES = {
     "StepResult": "memfit.measure.step",
     "run_step": "memfit.measure.step",
     "make_optimizer": "memfit.measure.step",
-    "PointResult": "memfit.measure.point",
+    "PointResult": "memfit.measure.result",
     "measure_point": "memfit.measure.point",
     "SweepResult": "memfit.measure.sweep",
     "run_sweep": "memfit.measure.sweep",

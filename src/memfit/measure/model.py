@@ -111,6 +111,16 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
     are fake tensors.
     """
     check_spec(spec, "cuda" if str(device).startswith("cuda") else str(device))
+    fake_mode = _active_fake_mode()
+    if fake_mode is not None:
+        # PEFT moves adapter modules with .to(), which cannot swap FakeTensor parameters (torch keeps a
+        # weakref to them). Build on the meta device outside the fake mode, then turn every parameter
+        # and buffer into a FakeTensor on ``device`` (ties kept).
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            model = build_model(config, spec, device="meta")
+        return _fakeify(model, fake_mode, torch.device("cpu" if str(device) == "meta" else device))
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -143,6 +153,38 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
     else:
         model.requires_grad_(True)
     model.train()
+    return model
+
+
+def _active_fake_mode() -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    for mode in reversed(_get_current_dispatch_mode_stack()):
+        if isinstance(mode, FakeTensorMode):
+            return mode
+    return None
+
+
+def _fakeify(model: torch.nn.Module, fake_mode: Any, device: torch.device) -> torch.nn.Module:
+    """Replace the meta parameters and buffers of ``model`` by FakeTensors on ``device``, keeping ties."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    memo: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in memo:
+                memo[id(p)] = torch.nn.Parameter(FakeTensor(fake_mode, p.data, device),
+                                                 requires_grad=p.requires_grad)
+            module._parameters[name] = memo[id(p)]  # type: ignore[assignment]
+        for name, b in list(module._buffers.items()):
+            if b is None:
+                continue
+            if id(b) not in memo:
+                memo[id(b)] = FakeTensor(fake_mode, b, device)
+            module._buffers[name] = memo[id(b)]
     return model
 
 

@@ -1,0 +1,134 @@
+"""``memfit measure``: real training steps, batch/seq sweeps, the checkpointing trade, the max batch."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from memfit.cli._app import app
+from memfit.cli._spec_options import spec_options
+from memfit.errors import MemfitError
+from memfit.estimate import RunSpec, resolve_config
+from memfit.report import console, err_console, print_json
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+MEASURE_CHECKPOINTING = ("none", "full", "every-k", "both")
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` (positive, duplicates dropped, order kept)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise MemfitError(f"{flag} takes comma-separated positive integers like 1,2,4; got {part!r}") from None
+        if value < 1:
+            raise MemfitError(f"{flag} values must be positive integers; got {value}")
+        if value not in out:
+            out.append(value)
+    if not out:
+        raise MemfitError(f"{flag} needs at least one value, e.g. {flag} 1,2,4")
+    return out
+
+
+def pick_device(device: str | None) -> str:
+    """``--device``: cuda when asked or available, else cpu; a clear error when cuda is asked but absent."""
+    if device not in (None, "cpu", "cuda"):
+        raise MemfitError(f"--device must be cpu or cuda; got {device!r}")
+    from memfit.errors import require_extra
+
+    require_extra("torch", "torch")
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MemfitError("--device cuda but torch sees no CUDA GPU (a CPU build of torch, or no driver): "
+                          "use --device cpu")
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+@app.command("measure")
+@spec_options(exclude=("batch", "seq", "checkpointing", "device"))
+def measure_command(
+    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    batch: Annotated[str, typer.Option("--batch", "-b", help="micro-batch sizes, e.g. 1,2,4")] = "1,2,4",
+    seq: Annotated[str, typer.Option("--seq", "-s", help="sequence lengths, e.g. 512,1024")] = "512",
+    checkpointing: Annotated[str, typer.Option(
+        "--checkpointing", help="none | full | every-k | both (= none and full, with the trade)")] = "none",
+    steps: Annotated[int, typer.Option("--steps", help="timed steps per point (median reported)")] = 3,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="cpu | cuda (default: cuda when available, else cpu)")] = None,
+    memory_limit: Annotated[str | None, typer.Option(
+        "--memory-limit", help="a device size, e.g. 2GiB: on CPU a simulated out-of-memory above it, "
+        "on CUDA torch's per-process memory fraction")] = None,
+    max_batch: Annotated[bool, typer.Option(
+        "--max-batch", help="also find the largest micro-batch that fits, by bisection from the estimate")] = False,
+    plot: Annotated[str | None, typer.Option("--plot", help="write peak vs batch to this PNG")] = None,
+    json_out: JsonFlag = False,
+    *,
+    spec: RunSpec,
+) -> None:
+    """Run real training steps (random weights, random tokens) and measure peak memory and time per step.
+
+    Each point runs in a fresh subprocess. Peak by category (weights, gradients, optimizer, activations,
+    logits, temporaries), a linear fit of peak vs batch, and with --checkpointing both the memory saved
+    against the time lost.
+    """
+    from memfit.units import parse_size
+
+    batches = parse_int_list(batch, "--batch")
+    seqs = parse_int_list(seq, "--seq")
+    if checkpointing not in MEASURE_CHECKPOINTING:
+        raise MemfitError(f"--checkpointing must be one of {', '.join(MEASURE_CHECKPOINTING)}; got {checkpointing!r}")
+    modes = ["none", "full"] if checkpointing == "both" else [checkpointing]
+    if steps < 1:
+        raise MemfitError(f"--steps must be a positive integer; got {steps}")
+    limit = parse_size(memory_limit) if memory_limit else None
+    config = resolve_config(model)
+    dev = pick_device(device)
+    spec = spec.with_(device=dev, batch=batches[0], seq=seqs[0], checkpointing=modes[0])
+    from memfit.measure.model import check_spec
+
+    check_spec(spec, dev)
+    max_positions = config.get("max_position_embeddings") or config.get("n_positions")
+    if isinstance(max_positions, int) and max(seqs) > max_positions:
+        raise MemfitError(f"--seq {max(seqs)} is longer than the model's {max_positions} positions: "
+                          "use a shorter --seq")
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from memfit.measure.sweep import run_sweep
+
+    total = len(batches) * len(seqs) * len(modes)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=err_console, transient=True, disable=json_out) as progress:
+        task = progress.add_task("measuring", total=total)
+
+        def on_point(s: RunSpec, r: object) -> None:
+            if r is None:
+                progress.update(task, description=f"batch {s.batch}, seq {s.seq}, checkpointing {s.checkpointing}")
+            else:
+                progress.advance(task)
+
+        result = run_sweep(config, spec, model=model, batches=batches, seqs=seqs, checkpointing=modes,
+                           device=dev, steps=steps, memory_limit=limit, max_batch=max_batch, on_point=on_point)
+    if plot:
+        from memfit.errors import require_extra
+        from memfit.report.measure import measure_plot
+
+        require_extra("matplotlib", "plot")
+        measure_plot(result, plot)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    from memfit.report.measure import measure_report
+
+    console.print(measure_report(result))
+    if plot:
+        console.print(f"plot written to {plot}")

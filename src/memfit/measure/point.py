@@ -1,0 +1,105 @@
+"""Measure one point (model, spec, batch, seq) in this process: peak by category, per-phase peaks, time.
+
+Procedure (what ``memfit measure`` runs in a fresh subprocess per point, and what ``bench/agreement.py``
+calls directly):
+
+1. build the model and optimizer from the config (random weights);
+2. ``tracked_steps`` steps (default 2) under :class:`LiveTensorTracker`: the first allocates the optimizer
+   state lazily, the second is a steady-state step; the peak is over both;
+3. ``warmup`` + ``steps`` steps without the tracker; the median of the ``steps`` timed ones is the step time.
+
+On CUDA ``peak_bytes`` is ``torch.cuda.max_memory_allocated`` and ``reserved_bytes`` is
+``max_memory_reserved`` (statistics reset before the model is built; the tracker runs too, for the
+categories, and whatever the allocator holds that no tensor output accounts for, e.g. cuBLAS workspaces,
+shows as ``untracked``). On CPU ``peak_bytes`` is the tracker's peak and ``reserved_bytes`` is None.
+
+Out of memory is a result, not an error: ``fits=False`` with the message, on CUDA a real
+``torch.OutOfMemoryError``, on CPU a :class:`SimulatedOutOfMemoryError` when ``memory_limit`` is set.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import torch
+
+from memfit.errors import MemfitError
+from memfit.estimate.spec import RunSpec
+from memfit.measure.model import build_model
+from memfit.measure.result import PointResult
+from memfit.measure.step import make_optimizer, make_scaler, median_seconds, run_step, time_steps
+from memfit.measure.tracker import CATEGORIES, LiveTensorTracker, SimulatedOutOfMemoryError
+
+__all__ = ["PointResult", "measure_point"]
+
+
+def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu", steps: int = 3,
+                  warmup: int = 1, tracked_steps: int = 2, memory_limit: int | None = None,
+                  seed: int = 0) -> PointResult:
+    """Measure ``spec`` (its batch, seq, checkpointing) on ``device``; see the module docstring."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MemfitError("--device cuda but torch sees no CUDA GPU: use --device cpu")
+    vocab = int(config.get("vocab_size") or 0)
+    if vocab < 1:
+        raise MemfitError("the config has no vocab_size: add it to config.json")
+    torch.manual_seed(seed)
+    is_cuda = device.startswith("cuda")
+    common = {"batch": spec.batch, "seq": spec.seq, "checkpointing": spec.checkpointing, "device": device}
+    if is_cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        if memory_limit is not None:
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, memory_limit / total))
+    tracker = LiveTensorTracker(vocab=vocab, memory_limit=None if is_cuda else memory_limit)
+    model = optimizer = None
+    try:
+        model = build_model(config, spec, device=device)
+        optimizer = make_optimizer(model, spec)
+        scaler = make_scaler(spec, device)
+        tracker.track_model(model)
+        tracker.track_optimizer(optimizer)
+        losses = []
+        with tracker:
+            for _ in range(tracked_steps):
+                r = run_step(model, spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
+                             device=device, tracker=tracker, scaler=scaler)
+                losses.append(r.loss)
+        times = time_steps(model, spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
+                           device=device, steps=steps, warmup=warmup, scaler=scaler)
+    except (SimulatedOutOfMemoryError, torch.OutOfMemoryError) as exc:
+        return PointResult(**common, fits=False, error=_oom_message(exc, spec))
+    except RuntimeError as exc:  # OOM raised inside the autograd engine can arrive re-wrapped
+        if "out of memory" not in str(exc).lower():
+            raise
+        return PointResult(**common, fits=False, error=_oom_message(exc, spec))
+    finally:
+        del model, optimizer
+        gc.collect()
+        if is_cuda:
+            torch.cuda.empty_cache()
+    summary = tracker.summary()
+    by_category = {k: int(summary["by_category"].get(k, 0)) for k in CATEGORIES}
+    tracker_peak = int(summary["peak_bytes"])
+    reserved = None
+    peak = tracker_peak
+    if is_cuda:
+        peak = int(torch.cuda.max_memory_allocated())
+        reserved = int(torch.cuda.max_memory_reserved())
+        by_category["untracked"] = max(0, peak - tracker_peak)
+    seconds = median_seconds(times)
+    return PointResult(
+        **common, fits=True, peak_bytes=peak, reserved_bytes=reserved, tracker_peak_bytes=tracker_peak,
+        peak_phase=str(summary["peak_phase"]), by_category=by_category,
+        phase_peaks={k: int(v) for k, v in summary["phase_peaks"].items() if k != "setup"},
+        step_seconds=seconds, step_times=tuple(times),
+        tokens_per_second=(spec.batch * spec.seq / seconds) if seconds > 0 else None,
+        loss=losses[-1] if losses else None,
+    )
+
+
+def _oom_message(exc: BaseException, spec: RunSpec) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"does not fit at batch {spec.batch}, seq {spec.seq}: {first[:200]}"
