@@ -14,6 +14,7 @@ from memfit.errors import MemfitError
 # Command modules register themselves on import (order = order in --help).
 from memfit.cli import models as _models  # noqa: E402,F401  isort: skip
 from memfit.cli import demo as _demo  # noqa: E402,F401  isort: skip
+from memfit.cli import measure as _measure  # noqa: E402,F401  isort: skip
 
 __all__ = ["app", "main"]
 
