@@ -1,0 +1,67 @@
+"""``memfit lengths``: the token-length distribution of a data set with the real tokenizer.
+
+No ``from __future__ import annotations`` here: ``@spec_options`` rebuilds the signature and typer must
+see real ``Annotated`` objects, not strings.
+"""
+
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memfit.cli._app import app
+from memfit.cli._spec_options import spec_options
+from memfit.estimate import RunSpec
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+@app.command("lengths")
+@spec_options(exclude=("batch", "seq"))
+def lengths_command(
+    data: Annotated[str, typer.Argument(help="JSONL (.jsonl.gz), JSON, CSV, Parquet, or a save_to_disk directory")],
+    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer directory, tokenizer.json, "
+                                           "or SentencePiece .model (offline)")],
+    text: Annotated[str | None, typer.Option("--text", help="field holding the whole text")] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="field holding the prompt (no loss)")] = None,
+    completion: Annotated[str | None, typer.Option("--completion", help="field holding the completion")] = None,
+    messages: Annotated[str | None, typer.Option("--messages", help="field holding a chat (OpenAI role/content "
+                                                 "or ShareGPT from/value), rendered with the chat template")] = None,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="training sequence length (truncation, "
+                                         "packing rows)")] = 2048,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="micro-batch size for padding waste")] = 8,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="catalogue name or config.json: also show "
+                                              "the activation memory of each batching strategy")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="write a histogram (PNG) with p95 and max marked")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the random batch order")] = 0,
+    json_out: JsonFlag = False,
+    *,
+    spec: RunSpec,
+) -> None:
+    """Token lengths of DATA: percentiles, the sequence length to train at (p95), truncation, loss tokens,
+    padding waste of random / length-grouped / packed batches, and with --model the activation memory."""
+    from memfit.data.lengths import analyse_lengths, strategy_activations
+    from memfit.report import console, print_json
+    from memfit.report.lengths import lengths_renderable, plot_lengths
+
+    shape = None
+    if model is not None:  # fail on a bad model name before the slow part
+        from memfit.estimate import resolve_model
+
+        shape = resolve_model(model)
+    report = analyse_lengths(data, tokenizer, text=text, prompt=prompt, completion=completion, messages=messages,
+                             seq_len=seq_len, batch=batch, seed=seed, progress=sys.stderr.isatty())
+    if shape is not None:
+        from dataclasses import replace
+
+        report = replace(report, activations=strategy_activations(report, shape, spec), model=shape.name)
+    if plot is not None:
+        plot_lengths(report, plot)
+    if json_out:
+        print_json(report.to_dict())
+        return
+    console.print(lengths_renderable(report))
+    if plot is not None:
+        console.print(f"histogram written to {plot}")

@@ -1,0 +1,287 @@
+"""The token-length distribution of a data set, measured with the real tokenizer.
+
+The lesson's third rep: "measure the token-length distribution of a real dataset with the actual
+tokenizer. Find the 95th percentile. That, not the maximum, is your sequence length."
+
+Percentiles are nearest-rank (numpy's ``method="inverted_cdf"``): the p-th percentile of ``n`` sorted
+lengths ``x_(1) <= ... <= x_(n)`` is ``x_(ceil(p/100 * n))``, a length that occurs in the data, so at
+least p% of the examples fit in it. The recommended sequence length is p95 rounded up to a multiple of
+64 (tensor-core and kernel tile friendly)::
+
+    recommended = 64 * ceil(p95 / 64)
+
+Worked example: lengths 1..100 give p95 = x_(95) = 95, recommended = 128, which truncates no example;
+lengths 1..1000 give p95 = 950, recommended 960, which truncates the 40 examples longer than 960 (4%).
+
+Truncation at ``--seq-len L``: ``over_seq_len = #{i: l_i > L}`` examples lose
+``truncated_tokens = sum(max(0, l_i - L))`` tokens, of which ``loss_tokens_truncated`` carried loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memfit.data.load import Skipped
+from memfit.data.padding import PaddingReport, padding_report
+from memfit.errors import MemfitError
+
+if TYPE_CHECKING:
+    from memfit.data.tokenize import TokenizedExample
+    from memfit.estimate import ModelShape, RunSpec
+
+__all__ = [
+    "PERCENTILES",
+    "SEQ_MULTIPLE",
+    "ActivationRow",
+    "LengthReport",
+    "analyse_lengths",
+    "length_report",
+    "nearest_rank_percentile",
+    "strategy_activations",
+]
+
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+SEQ_MULTIPLE = 64  # the recommended sequence length is p95 rounded up to a multiple of this many tokens
+DEFAULT_SEQ_LEN = 2048
+DEFAULT_BATCH = 8
+
+
+def nearest_rank_percentile(sorted_lengths: np.ndarray, p: float) -> int:
+    """The nearest-rank p-th percentile of ascending ``sorted_lengths``: ``x_(ceil(p/100 * n))``.
+
+    >>> nearest_rank_percentile(np.arange(1, 101), 95)
+    95
+    """
+    n = int(sorted_lengths.size)
+    if n == 0:
+        raise MemfitError("no lengths to take a percentile of")
+    rank = max(1, math.ceil(p / 100 * n))
+    return int(sorted_lengths[rank - 1])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActivationRow:
+    """The estimate's activation memory for one batching strategy, at its peak and mean padded length."""
+
+    strategy: str
+    batch: int
+    peak_len: int
+    mean_len: int
+    activation_bytes_peak: int
+    activation_bytes_mean: int
+    peak_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "batch": self.batch, "peak_len": self.peak_len,
+                "mean_len": self.mean_len, "activation_bytes_peak": self.activation_bytes_peak,
+                "activation_bytes_mean": self.activation_bytes_mean, "peak_bytes": self.peak_bytes}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LengthReport:
+    """Everything ``memfit lengths`` reports. Lengths are in tokens; ``lengths`` is per example, in file order."""
+
+    source: str
+    tokenizer: str
+    mode: str
+    count: int
+    min: int
+    mean: float
+    max: int
+    percentiles: dict[str, int]
+    total_tokens: int
+    seq_len: int
+    over_seq_len: int
+    truncated_tokens: int
+    loss_tokens: int | None
+    loss_tokens_truncated: int | None
+    recommended_seq_len: int
+    recommended_over: int
+    padding: PaddingReport
+    skipped: list[Skipped]
+    lengths: list[int] = field(repr=False)
+    activations: list[ActivationRow] | None = None
+    model: str | None = None
+
+    @property
+    def p95(self) -> int:
+        return self.percentiles["p95"]
+
+    @property
+    def recommended_truncated_share(self) -> float:
+        """Share of examples longer than the recommended sequence length."""
+        return self.recommended_over / self.count if self.count else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of issue 7, plus context keys (source, tokenizer, seq_len, batch, padding details)."""
+        d: dict[str, Any] = {
+            "count": self.count,
+            "min": self.min,
+            "mean": self.mean,
+            "max": self.max,
+            "percentiles": dict(self.percentiles),
+            "recommended_seq_len": self.recommended_seq_len,
+            "over_seq_len": self.over_seq_len,
+            "truncated_tokens": self.truncated_tokens,
+            "loss_tokens": self.loss_tokens,
+            "padding_waste": {s.strategy: s.waste for s in self.padding.strategies()},
+            "skipped": [s.to_dict() for s in self.skipped],
+            "source": self.source,
+            "tokenizer": self.tokenizer,
+            "mode": self.mode,
+            "seq_len": self.seq_len,
+            "batch": self.padding.batch,
+            "total_tokens": self.total_tokens,
+            "loss_tokens_truncated": self.loss_tokens_truncated,
+            "recommended_over": self.recommended_over,
+            "recommended_truncated_share": self.recommended_truncated_share,
+            "padding": self.padding.to_dict(),
+        }
+        if self.activations is not None:
+            d["model"] = self.model
+            d["activations"] = [a.to_dict() for a in self.activations]
+        return d
+
+    def breakdown(self) -> dict[str, int]:
+        out = {"tokens/total": self.total_tokens, "tokens/truncated": self.truncated_tokens}
+        if self.loss_tokens is not None:
+            out["tokens/loss"] = self.loss_tokens
+        out.update({f"padding/{k}": v for k, v in self.padding.breakdown().items()})
+        return out
+
+
+def length_report(
+    lengths: Sequence[int] | np.ndarray,
+    *,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    batch: int = DEFAULT_BATCH,
+    examples: Sequence[TokenizedExample] | None = None,
+    mode: str = "text",
+    skipped: Sequence[Skipped] = (),
+    source: str = "",
+    tokenizer: str = "",
+    seed: int = 0,
+) -> LengthReport:
+    """Statistics of ``lengths`` (module docstring). ``examples`` (same order) give the loss tokens, which
+    are reported for the prompt/completion and chat modes (``None`` in text mode, where every token does)."""
+    if seq_len < 1:
+        raise MemfitError(f"--seq-len must be a positive integer, got {seq_len}")
+    lens = np.asarray(lengths, dtype=np.int64)
+    if lens.size == 0:
+        raise MemfitError(f"{source or 'the data'} has no examples to measure")
+    srt = np.sort(lens)
+    pct = {f"p{p}": nearest_rank_percentile(srt, p) for p in PERCENTILES}
+    recommended = SEQ_MULTIPLE * math.ceil(pct["p95"] / SEQ_MULTIPLE)
+    loss = loss_cut = None
+    if examples is not None and mode != "text":
+        loss = sum(e.loss_tokens for e in examples)
+        loss_cut = sum(sum(1 for t in e.labels[seq_len:] if t != -100) for e in examples if len(e) > seq_len)
+    return LengthReport(
+        source=source,
+        tokenizer=tokenizer,
+        mode=mode,
+        count=int(lens.size),
+        min=int(srt[0]),
+        mean=float(lens.mean()),
+        max=int(srt[-1]),
+        percentiles=pct,
+        total_tokens=int(lens.sum()),
+        seq_len=seq_len,
+        over_seq_len=int((lens > seq_len).sum()),
+        truncated_tokens=int(np.maximum(lens - seq_len, 0).sum()),
+        loss_tokens=loss,
+        loss_tokens_truncated=loss_cut,
+        recommended_seq_len=recommended,
+        recommended_over=int((lens > recommended).sum()),
+        padding=padding_report(lens, batch=batch, seq_len=seq_len, seed=seed),
+        skipped=list(skipped),
+        lengths=lens.tolist(),
+    )
+
+
+def analyse_lengths(
+    data: str | Path,
+    tokenizer: str | Path | Any,
+    *,
+    text: str | None = None,
+    prompt: str | None = None,
+    completion: str | None = None,
+    messages: str | None = None,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    batch: int = DEFAULT_BATCH,
+    seed: int = 0,
+    progress: bool = False,
+) -> LengthReport:
+    """Load ``data``, tokenise it with ``tokenizer`` (a path, or a loaded tokenizer) and report its lengths.
+
+    The one call other commands use (``memfit fit --data`` takes ``report.p95`` and
+    ``report.recommended_seq_len`` from here).
+    """
+    from memfit.data.load import load_records
+    from memfit.data.tokenize import tokenize_records
+    from memfit.data.tokenizer import load_tokenizer, tokenizer_name
+
+    loaded = load_records(data, text=text, prompt=prompt, completion=completion, messages=messages)
+    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
+    spec = loaded.spec
+    examples = tokenize_records(tok, loaded.records, text=spec.text, prompt=spec.prompt,
+                                completion=spec.completion, messages=spec.messages, progress=progress)
+    empty = [i for i, e in enumerate(examples) if len(e) == 0]
+    skipped = list(loaded.skipped)
+    if empty:  # nothing to train on: counted, not analysed
+        skipped += [Skipped(line=loaded.lines[i], reason="tokenises to no tokens") for i in empty]
+        skipped.sort(key=lambda s: s.line)
+        drop = set(empty)
+        examples = [e for i, e in enumerate(examples) if i not in drop]
+    return length_report([len(e) for e in examples], seq_len=seq_len, batch=batch, examples=examples,
+                         mode=spec.mode, skipped=skipped, source=str(data), tokenizer=tokenizer_name(tok), seed=seed)
+
+
+def strategy_activations(report: LengthReport, shape: ModelShape, spec: RunSpec) -> list[ActivationRow]:
+    """The estimate's activation memory per batching strategy, at micro-batch ``report.padding.batch`` and
+    each strategy's padded row length: the longest micro-batch (which sets the peak) and the mean one.
+
+    Calls ``memfit.estimate.estimate_memory(shape, spec)`` with ``batch`` and ``seq`` replaced.
+    """
+    try:
+        from memfit.estimate import estimate_memory  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise MemfitError("--model needs memfit's estimate (memfit.estimate.estimate_memory), "
+                          "which this installation lacks") from exc
+    rows = []
+    batch = report.padding.batch
+    for s in report.padding.strategies():
+        mean_len = max(1, math.ceil(s.mean_len))
+        at_peak = estimate_memory(shape, spec.with_(batch=batch, seq=max(1, s.peak_len)))
+        at_mean = estimate_memory(shape, spec.with_(batch=batch, seq=mean_len))
+        rows.append(ActivationRow(strategy=s.strategy, batch=batch, peak_len=s.peak_len, mean_len=mean_len,
+                                  activation_bytes_peak=activation_bytes(at_peak),
+                                  activation_bytes_mean=activation_bytes(at_mean),
+                                  peak_bytes=int(at_peak.peak_bytes)))
+    return rows
+
+
+def activation_bytes(estimate: Any) -> int:
+    """The activation bytes of an estimate result (its ``activations`` component)."""
+    for name in ("activation_bytes", "activations"):
+        value = getattr(estimate, name, None)
+        if isinstance(value, int):
+            return value
+        if value is not None:
+            for attr in ("total", "bytes", "total_bytes"):
+                inner = getattr(value, attr, None)
+                if isinstance(inner, int):
+                    return inner
+    breakdown = estimate.breakdown() if hasattr(estimate, "breakdown") else {}
+    keys = [k for k in breakdown if k == "activations" or k.startswith("activations/")]
+    if "activations" in keys:
+        return int(breakdown["activations"])
+    if keys:
+        return int(sum(breakdown[k] for k in keys if k.count("/") == 1))
+    raise MemfitError("the estimate reports no activation component")

@@ -1,0 +1,184 @@
+"""Padding waste: the share of processed tokens that are padding, for three ways of forming micro-batches.
+
+A micro-batch of ``B`` examples is padded to its longest member (what ``DataCollatorWithPadding`` /
+``DataCollatorForSeq2Seq`` do), so a batch with lengths ``l_1..l_B`` processes ``B * max(l)`` tokens of
+which ``sum(l)`` are real. Over the data set::
+
+    waste = 1 - sum(real tokens) / sum(processed tokens)
+
+Lengths are first capped at the sequence length (training truncates there). The strategies:
+
+``random``
+    A seeded random permutation cut into consecutive batches of ``B`` (the last may be smaller), as the
+    Trainer's default ``RandomSampler`` does.
+``grouped``
+    transformers' ``group_by_length=True`` (``LengthGroupedSampler``, ``get_length_grouped_indices`` in
+    ``transformers/trainer_pt_utils.py``): a random permutation cut into megabatches of
+    ``mega_batch_mult * B`` with ``mega_batch_mult = min(n // (4 * B), 50)`` (at least 1), each sorted by
+    length, longest first; then the longest example of all is swapped into the first position, so an
+    out-of-memory error comes first. Reproduced here exactly (a test checks it against transformers given
+    the same permutation).
+``packed``
+    Best-fit decreasing (:func:`memfit.data.pack.pack_bfd`) into rows of ``seq_len`` tokens; every row is
+    processed at ``seq_len`` (fixed-shape rows), so ``waste = 1 - tokens / (rows * seq_len)``, i.e.
+    one minus ``memfit pack``'s efficiency.
+
+Worked example, ``B = 2``, lengths in batch order ``[10, 2, 7, 7]``: batches (10, 2) and (7, 7) process
+``2*10 + 2*7 = 34`` tokens for 26 real ones: waste ``1 - 26/34 = 23.5%``. Packed into rows of 16:
+BFD puts 10 with 2 (room 4 left) and 7 with 7 (room 2): two rows, 32 slots, waste ``1 - 26/32 = 18.75%``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memfit.errors import MemfitError
+
+__all__ = [
+    "STRATEGIES",
+    "BatchPadding",
+    "PaddingReport",
+    "batch_padding",
+    "length_grouped_order",
+    "padding_report",
+]
+
+STRATEGIES: tuple[str, ...] = ("random", "grouped", "packed")
+MEGA_BATCH_MULT = 50  # transformers' default cap on megabatch size in units of the batch
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchPadding:
+    """Tokens one strategy processes over an epoch, and the padded row lengths it implies.
+
+    ``peak_len`` is the padded length of the longest micro-batch (the step that sets the memory peak);
+    ``mean_len`` is the mean padded row length over micro-batches (tokens per row in a typical step).
+    """
+
+    strategy: str
+    batch: int
+    real_tokens: int
+    processed_tokens: int
+    micro_batches: int
+    peak_len: int
+    mean_len: float
+
+    @property
+    def padding_tokens(self) -> int:
+        return self.processed_tokens - self.real_tokens
+
+    @property
+    def waste(self) -> float:
+        """Share of processed tokens that are padding."""
+        return self.padding_tokens / self.processed_tokens if self.processed_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "batch": self.batch, "real_tokens": self.real_tokens,
+                "processed_tokens": self.processed_tokens, "padding_tokens": self.padding_tokens,
+                "waste": self.waste, "micro_batches": self.micro_batches, "peak_len": self.peak_len,
+                "mean_len": self.mean_len}
+
+    def breakdown(self) -> dict[str, int]:
+        return {f"{self.strategy}/real": self.real_tokens, f"{self.strategy}/padding": self.padding_tokens,
+                f"{self.strategy}/processed": self.processed_tokens}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PaddingReport:
+    """Padding waste of random, length-grouped and packed batches at one micro-batch and sequence length."""
+
+    batch: int
+    seq_len: int
+    seed: int
+    random: BatchPadding
+    grouped: BatchPadding
+    packed: BatchPadding
+
+    def strategies(self) -> tuple[BatchPadding, ...]:
+        return (self.random, self.grouped, self.packed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch": self.batch, "seq_len": self.seq_len, "seed": self.seed,
+                **{s.strategy: s.to_dict() for s in self.strategies()}}
+
+    def breakdown(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.strategies():
+            out.update(s.breakdown())
+        return out
+
+
+def batch_padding(lengths_in_order: Sequence[int] | np.ndarray, batch: int, *,
+                  strategy: str = "ordered") -> BatchPadding:
+    """Tokens processed when ``lengths_in_order`` is cut into consecutive micro-batches of ``batch``,
+    each padded to its longest member.
+
+    >>> batch_padding([10, 2, 7, 7], 2).processed_tokens
+    34
+    """
+    lens = np.asarray(lengths_in_order, dtype=np.int64)
+    n = int(lens.size)
+    if n == 0:
+        return BatchPadding(strategy=strategy, batch=batch, real_tokens=0, processed_tokens=0, micro_batches=0,
+                            peak_len=0, mean_len=0.0)
+    starts = np.arange(0, n, batch)
+    maxes = np.maximum.reduceat(lens, starts)
+    sizes = np.diff(np.append(starts, n))
+    return BatchPadding(strategy=strategy, batch=batch, real_tokens=int(lens.sum()),
+                        processed_tokens=int((maxes * sizes).sum()), micro_batches=int(starts.size),
+                        peak_len=int(maxes.max()), mean_len=float(maxes.mean()))
+
+
+def length_grouped_order(lengths: Sequence[int] | np.ndarray, batch: int, perm: Sequence[int] | np.ndarray,
+                         mega_batch_mult: int | None = None) -> list[int]:
+    """transformers' ``get_length_grouped_indices`` given the random permutation ``perm`` it would draw.
+
+    Megabatches of ``mega_batch_mult * batch`` consecutive indices of ``perm``, each sorted by length
+    (descending, stable as Python's ``sorted``), concatenated; then the first element of the megabatch
+    with the largest maximum is swapped with the very first element.
+    """
+    lens = [int(x) for x in lengths]
+    n = len(lens)
+    if mega_batch_mult is None:
+        mega_batch_mult = min(n // (batch * 4), MEGA_BATCH_MULT) or 1
+    size = mega_batch_mult * batch
+    idx = [int(i) for i in perm]
+    megabatches = [sorted(idx[i:i + size], key=lambda j: lens[j], reverse=True) for i in range(0, n, size)]
+    if not megabatches:
+        return []
+    maxima = [lens[m[0]] for m in megabatches]
+    top = int(np.argmax(maxima))  # first maximum, as torch.argmax on CPU returns
+    megabatches[0][0], megabatches[top][0] = megabatches[top][0], megabatches[0][0]
+    return [i for m in megabatches for i in m]
+
+
+def padding_report(lengths: Sequence[int] | np.ndarray, *, batch: int, seq_len: int, seed: int = 0) -> PaddingReport:
+    """Padding waste of the three strategies (module docstring) for ``lengths`` capped at ``seq_len``."""
+    if batch < 1:
+        raise MemfitError(f"--batch must be a positive integer, got {batch}")
+    if seq_len < 1:
+        raise MemfitError(f"--seq-len must be a positive integer, got {seq_len}")
+    lens = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
+    if lens.size and int(lens.min()) < 1:
+        raise MemfitError("an example has no tokens; drop empty examples before measuring padding")
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(lens.size)
+    random = batch_padding(lens[perm], batch, strategy="random")
+    grouped_order = length_grouped_order(lens, batch, perm)
+    grouped = batch_padding(lens[np.asarray(grouped_order, dtype=np.int64)], batch, strategy="grouped")
+    packed = _packed(lens, batch, seq_len)
+    return PaddingReport(batch=batch, seq_len=seq_len, seed=seed, random=random, grouped=grouped, packed=packed)
+
+
+def _packed(lens: np.ndarray, batch: int, seq_len: int) -> BatchPadding:
+    from memfit.data.pack import pack_bfd
+
+    _, starts = pack_bfd(lens, seq_len)
+    rows = int(starts.size - 1)
+    return BatchPadding(strategy="packed", batch=batch, real_tokens=int(lens.sum()), processed_tokens=rows * seq_len,
+                        micro_batches=-(-rows // batch), peak_len=seq_len if rows else 0,
+                        mean_len=float(seq_len if rows else 0))

@@ -1,0 +1,117 @@
+"""Tables and the histogram for ``memfit lengths``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from memfit.data.lengths import LengthReport
+from memfit.errors import MemfitError
+from memfit.units import human_bytes
+
+__all__ = ["lengths_renderable", "plot_lengths"]
+
+_STRATEGY_HELP = {
+    "random": "random",
+    "grouped": "grouped by length",
+    "packed": "packed (BFD)",
+}
+
+
+def lengths_renderable(r: LengthReport) -> Group:
+    """The people's view: distribution, truncation and loss tokens, padding per strategy, activations."""
+    parts: list[Table | Text] = []
+    t = Table(title=f"{Path(r.source).name}: tokens per example ({r.tokenizer}, {r.mode.replace('_', '/')})")
+    t.add_column("statistic")
+    t.add_column("tokens", justify="right")
+    t.add_row("examples", f"{r.count:,}")
+    t.add_row("min", f"{r.min:,}")
+    t.add_row("mean", f"{r.mean:,.1f}")
+    for name, value in r.percentiles.items():
+        bold = name == "p95"
+        t.add_row(f"[bold]{name}[/]" if bold else name, f"[bold]{value:,}[/]" if bold else f"{value:,}")
+    t.add_row("max", f"{r.max:,}")
+    t.add_row("total tokens", f"{r.total_tokens:,}")
+    if r.loss_tokens is not None:
+        share = r.loss_tokens / r.total_tokens if r.total_tokens else 0.0
+        t.add_row("tokens carrying loss", f"{r.loss_tokens:,} ({share:.1%})")
+    parts.append(t)
+
+    cut = Table(title="sequence length")
+    cut.add_column("seq len")
+    cut.add_column("examples longer", justify="right")
+    cut.add_column("tokens truncated", justify="right")
+    cut.add_row(f"--seq-len {r.seq_len:,}", f"{r.over_seq_len:,} ({r.over_seq_len / r.count:.2%})",
+                f"{r.truncated_tokens:,}" + (f" ({r.loss_tokens_truncated:,} carrying loss)"
+                                             if r.loss_tokens_truncated is not None else ""))
+    rec_cut = sum(max(0, n - r.recommended_seq_len) for n in r.lengths)
+    cut.add_row(f"[bold]{r.recommended_seq_len:,}[/] (p95 up to x64)",
+                f"{r.recommended_over:,} ({r.recommended_truncated_share:.2%})", f"{rec_cut:,}")
+    parts.append(cut)
+
+    pad = Table(title=f"padding at micro-batch {r.padding.batch} (random = Trainer default, grouped = "
+                      f"group_by_length, packed = best-fit decreasing into rows of {r.seq_len:,})")
+    pad.add_column("strategy")
+    pad.add_column("padding waste", justify="right")
+    pad.add_column("tokens processed", justify="right")
+    pad.add_column("micro-batches", justify="right")
+    pad.add_column("longest/mean row", justify="right")
+    for s in r.padding.strategies():
+        pad.add_row(_STRATEGY_HELP[s.strategy], f"{s.waste:.1%}", f"{s.processed_tokens:,}", f"{s.micro_batches:,}",
+                    f"{s.peak_len:,}/{s.mean_len:,.0f}")
+    parts.append(pad)
+
+    if r.activations:
+        act = Table(title=f"activation memory of {r.model} by strategy (estimate; GiB = 1024^3 bytes)")
+        act.add_column("strategy")
+        act.add_column("b x longest", justify="right")
+        act.add_column("activations", justify="right")
+        act.add_column("b x mean", justify="right")
+        act.add_column("activations (mean step)", justify="right")
+        act.add_column("estimated peak", justify="right")
+        for a in r.activations:
+            act.add_row(_STRATEGY_HELP[a.strategy], f"{a.batch} x {a.peak_len:,}", human_bytes(a.activation_bytes_peak),
+                        f"{a.batch} x {a.mean_len:,}", human_bytes(a.activation_bytes_mean), human_bytes(a.peak_bytes))
+        parts.append(act)
+
+    if r.skipped:
+        first = ", ".join(f"line {s.line}: {s.reason}" for s in r.skipped[:3])
+        more = f" (and {len(r.skipped) - 3} more)" if len(r.skipped) > 3 else ""
+        parts.append(Text(f"skipped {len(r.skipped):,} record(s): {first}{more}", style="yellow"))
+    parts.append(Text(f"p95 = {r.p95:,} tokens: train at --seq-len {r.recommended_seq_len:,}, which truncates "
+                      f"{r.recommended_truncated_share:.1%} of the examples.", style="bold"))
+    return Group(*parts)
+
+
+def plot_lengths(r: LengthReport, path: str | Path) -> Path:
+    """A histogram of the lengths with p95 and max marked, written to ``path`` (PNG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MemfitError("--plot needs matplotlib: pip install 'memfit[plot]'") from exc
+    out = Path(path)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ax.hist(r.lengths, bins=min(80, max(10, r.count // 20)), color="#4c72b0", alpha=0.85)
+    ax.axvline(r.p95, color="#dd8452", linestyle="--", linewidth=2, label=f"p95 = {r.p95:,}")
+    ax.axvline(r.max, color="#c44e52", linestyle=":", linewidth=2, label=f"max = {r.max:,}")
+    if r.recommended_seq_len != r.p95:
+        ax.axvline(r.recommended_seq_len, color="#55a868", linewidth=1.5,
+                   label=f"recommended seq len = {r.recommended_seq_len:,}")
+    ax.set_xlabel(f"tokens per example ({r.tokenizer})")
+    ax.set_ylabel("examples")
+    ax.set_title(f"{Path(r.source).name}: {r.count:,} examples")
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(out)
+    except OSError as exc:
+        raise MemfitError(f"cannot write the plot to {out}: {exc}") from exc
+    finally:
+        plt.close(fig)
+    return out
