@@ -1,0 +1,104 @@
+"""What the advisor needs to know about the data: its token lengths and its padding waste.
+
+Built from a :class:`memfit.data.lengths.LengthReport` (``memfit lengths``) by the CLI, so this package
+never imports the tokenizers itself.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any
+
+SEQ_MULTIPLE = 64  # sequence lengths are proposed in multiples of 64 tokens (as memfit lengths does)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataProfile:
+    """Token lengths of a data set (sorted) and its padding waste at the user's micro-batch and seq.
+
+    ``waste_random`` / ``waste_packed`` are shares of processed tokens that are padding with random
+    batches and with best-fit-decreasing packing; ``peak_len`` is the padded length of the longest random
+    micro-batch (what actually sets the activation peak: min(longest example, seq)).
+    """
+
+    source: str
+    lengths: tuple[int, ...]  # sorted ascending
+    p95: int
+    recommended_seq_len: int  # p95 rounded up to a multiple of 64
+    batch: int
+    seq_len: int
+    waste_random: float
+    waste_packed: float
+    peak_len: int
+
+    @property
+    def count(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def max_len(self) -> int:
+        return self.lengths[-1] if self.lengths else 0
+
+    def truncated(self, seq: int) -> int:
+        """How many examples are longer than ``seq`` tokens.
+
+        >>> _profile([100, 200, 300]).truncated(250)
+        1
+        """
+        return len(self.lengths) - bisect_right(self.lengths, seq)
+
+    def truncated_share(self, seq: int) -> float:
+        return self.truncated(seq) / len(self.lengths) if self.lengths else 0.0
+
+    @property
+    def packing_ratio(self) -> float:
+        """Rows of packed data per row of randomly batched data carrying the same real tokens:
+        (1 - waste_random) / (1 - waste_packed).
+
+        >>> round(_profile([1], waste_random=0.4, waste_packed=0.04).packing_ratio, 4)
+        0.625
+        """
+        return (1.0 - self.waste_random) / (1.0 - self.waste_packed) if self.waste_packed < 1 else 1.0
+
+    def no_cut_seq_len(self) -> int:
+        """The longest example rounded up to a multiple of 64: the shortest sequence that truncates nothing."""
+        return SEQ_MULTIPLE * max(1, math.ceil(self.max_len / SEQ_MULTIPLE))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "count": self.count,
+            "max": self.max_len,
+            "p95": self.p95,
+            "recommended_seq_len": self.recommended_seq_len,
+            "batch": self.batch,
+            "seq_len": self.seq_len,
+            "padding_waste": {"random": self.waste_random, "packed": self.waste_packed},
+            "peak_len": self.peak_len,
+        }
+
+    @classmethod
+    def from_length_report(cls, report: Any) -> DataProfile:
+        """From ``memfit.data.lengths.LengthReport`` (duck-typed: lengths, p95, recommended_seq_len, padding)."""
+        return cls(
+            source=str(report.source),
+            lengths=tuple(sorted(int(n) for n in report.lengths)),
+            p95=int(report.p95),
+            recommended_seq_len=int(report.recommended_seq_len),
+            batch=int(report.padding.batch),
+            seq_len=int(report.seq_len),
+            waste_random=float(report.padding.random.waste),
+            waste_packed=float(report.padding.packed.waste),
+            peak_len=int(report.padding.random.peak_len),
+        )
+
+
+def _profile(lengths: list[int], *, waste_random: float = 0.0, waste_packed: float = 0.0) -> DataProfile:
+    """A profile from bare lengths (doctests and tests)."""
+    srt = tuple(sorted(lengths))
+    p95 = srt[max(0, math.ceil(0.95 * len(srt)) - 1)]
+    return DataProfile(source="lengths", lengths=srt, p95=p95,
+                       recommended_seq_len=SEQ_MULTIPLE * math.ceil(p95 / SEQ_MULTIPLE), batch=1,
+                       seq_len=srt[-1], waste_random=waste_random, waste_packed=waste_packed, peak_len=srt[-1])

@@ -1,0 +1,738 @@
+"""``memfit fit``: the lesson's order of remedies as an advisor, and an exhaustive search beside it.
+
+The ordered path
+================
+"When a run does not fit, in order of what you give up" (lesson 7), applied one after the other to the
+user's spec until the estimate fits the GPU with ``headroom`` to spare:
+
+1. ``checkpointing`` none -> full: costs time only (one extra forward, ~x1.33).
+2. ``micro_batch``: a smaller micro-batch b' with more accumulation, ``b' * grad_accum' = b * grad_accum``
+   exactly (b' divides the effective batch): a little time, nothing statistical. The largest b' that fits.
+3. ``seq_len``: a shorter sequence changes the task. With data: the longest multiple of 64 that fits, no
+   shorter than the data's p95 (rounded up to 64), with the share of examples it truncates. Without data
+   the FALLBACK RULE: the longest multiple of 64 that fits, no shorter than half the sequence; how many
+   examples that truncates is unknown (run ``memfit lengths``).
+4. ``quantize``: LoRA -> QLoRA, a 4-bit NF4 base: some quality. (A full fine-tune first becomes a LoRA run,
+   ``adapter``, which changes what is learned.)
+5. ``rank``: the largest power-of-two rank down to 8 that fits: capacity, and it saves the least.
+
+Beyond the lesson, placed by what they give up (all of them time or nothing, so before step 3):
+``attention`` eager -> sdpa first (a memory-efficient kernel gives up nothing), and after step 2
+``chunked_loss`` (fused linear cross-entropy: no full fp32 logits), ``packing`` (with data: the same real
+tokens in fewer rows) and ``sharding`` over ``--gpus N`` (ZeRO-1/2/3, the least that fits). A step that
+saves nothing is skipped and listed with the reason. If nothing fits, the report names the smallest GPU in
+the table on which the final plan (and the initial spec) would fit.
+
+The cheapest configuration
+==========================
+Every combination of the knobs above (checkpointing none/every-2/every-4/sqrt/full, every micro-batch
+dividing the effective batch, packing, sequence lengths, method, ranks, attention kernels, loss, sharding)
+is ranked by :class:`memfit.advise.costs.Cost` (what it gives up in the lesson's order of reluctance, then
+the step-time factor) and estimated in that order; the first that fits is the cheapest (ties in cost go to
+the smallest peak). Thousands of candidates; typically a few hundred estimates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any
+
+from memfit.advise.costs import Cost, TimeModel
+from memfit.advise.data import SEQ_MULTIPLE, DataProfile
+from memfit.advise.sharding import SHARDINGS, shard_peak
+from memfit.errors import MemfitError
+from memfit.estimate import ModelShape, RunSpec
+from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu
+from memfit.units import parse_size
+
+LESSON_ORDER: tuple[str, ...] = ("checkpointing", "micro_batch", "seq_len", "quantize", "rank")
+ACTIONS: tuple[str, ...] = ("attention", "checkpointing", "micro_batch", "chunked_loss", "packing", "sharding",
+                            "seq_len", "adapter", "quantize", "rank")
+MIN_RANK = 8  # the lesson's "64 -> 8"; the rank step never goes below it
+DEFAULT_HEADROOM = 0.10  # share of the GPU kept free (allocator fragmentation, CUDA context, spikes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Setup:
+    """One candidate configuration: a RunSpec plus what is not in it (sharding, packing)."""
+
+    spec: RunSpec
+    sharding: str = "none"
+    packing: bool = False
+
+    def with_(self, **changes: Any) -> Setup:
+        sharding = changes.pop("sharding", self.sharding)
+        packing = changes.pop("packing", self.packing)
+        return Setup(spec=self.spec.with_(**changes) if changes else self.spec, sharding=sharding, packing=packing)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec.to_dict(), "sharding": self.sharding, "packing": self.packing}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Headroom:
+    """Memory kept free on the GPU: a share of it (``fraction``) or a fixed number of bytes."""
+
+    fraction: float | None = DEFAULT_HEADROOM
+    bytes: int | None = None
+
+    def budget(self, gpu_bytes: int) -> int:
+        """Bytes the peak may reach on a GPU of ``gpu_bytes``: 24 GiB at 10% -> 23,192,823,398 B."""
+        if self.bytes is not None:
+            return gpu_bytes - self.bytes
+        return int(gpu_bytes * (1.0 - (self.fraction or 0.0)))
+
+    def describe(self) -> str:
+        if self.bytes is not None:
+            return f"{self.bytes / 1024**3:.2f} GiB"
+        return f"{100 * (self.fraction or 0.0):g}% of the GPU"
+
+    @classmethod
+    def parse(cls, text: str | float | None) -> Headroom:
+        """``"10%"``, ``"0.1"`` (a share of the GPU) or ``"2GiB"`` (bytes).
+
+        >>> Headroom.parse("10%").fraction, Headroom.parse("2GiB").bytes
+        (0.1, 2147483648)
+        """
+        if text is None:
+            return cls()
+        if isinstance(text, int | float):
+            value = float(text)
+        else:
+            t = text.strip()
+            if t.endswith("%"):
+                value = _float(t[:-1], text) / 100.0
+            elif any(c.isalpha() for c in t):
+                return cls(fraction=None, bytes=parse_size(t))
+            else:
+                value = _float(t, text)
+        if not 0.0 <= value < 1.0:
+            raise MemfitError(f"--headroom {text!r} must be a share of the GPU in [0, 1) (0.1 or 10%) or a size "
+                              "such as 2GiB")
+        return cls(fraction=value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fraction": self.fraction, "bytes": self.bytes}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitStep:
+    """One remedy applied on the ordered path: the configuration after it, its peak, what it saved."""
+
+    action: str
+    setup: Setup
+    peak_bytes: int
+    saved_bytes: int
+    cost: str
+    time_factor: float  # this step's own factor
+    gives_up: str  # nothing | time | task | quality | capacity
+    fits: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "spec": self.setup.spec.to_dict(), "peak_bytes": self.peak_bytes,
+                "saved_bytes": self.saved_bytes, "cost": self.cost, "time_factor": round(self.time_factor, 4),
+                "gives_up": self.gives_up, "sharding": self.setup.sharding, "packing": self.setup.packing,
+                "fits": self.fits}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Skipped:
+    action: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cheapest:
+    """The cheapest fitting configuration of the exhaustive search (``setup`` None when nothing fits)."""
+
+    setup: Setup | None
+    peak_bytes: int | None
+    cost: Cost | None
+    candidates: int
+    evaluated: int
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fits": self.setup is not None,
+            "spec": self.setup.spec.to_dict() if self.setup else None,
+            "sharding": self.setup.sharding if self.setup else None,
+            "packing": self.setup.packing if self.setup else None,
+            "peak_bytes": self.peak_bytes,
+            "cost": self.cost.to_dict() if self.cost else None,
+            "changes": self.changes,
+            "candidates": self.candidates,
+            "evaluated": self.evaluated,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankLesson:
+    """Why rank comes last, in numbers: lowering the rank saves ``saved_bytes`` against ``activation_bytes``."""
+
+    from_rank: int
+    to_rank: int
+    saved_bytes: int
+    activation_bytes: int
+    trainable_from: int
+    trainable_to: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from_rank": self.from_rank, "to_rank": self.to_rank, "saved_bytes": self.saved_bytes,
+                "activation_bytes": self.activation_bytes, "trainable_params_from": self.trainable_from,
+                "trainable_params_to": self.trainable_to}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitReport:
+    """Everything ``memfit fit`` answers. ``to_dict`` is issue 9's JSON (plus context keys)."""
+
+    model: str
+    gpu: GpuSpec
+    gpus: int
+    headroom: Headroom
+    budget_bytes: int
+    initial: Setup
+    initial_peak_bytes: int
+    steps: tuple[FitStep, ...]
+    skipped: tuple[Skipped, ...]
+    final: Setup
+    final_peak_bytes: int
+    final_cost: Cost
+    cheapest: Cheapest
+    rank_lesson: RankLesson | None
+    smallest_gpu_initial: GpuSpec | None
+    smallest_gpu_final: GpuSpec | None
+    time_model: TimeModel
+    data: DataProfile | None
+    fallback_seq_rule: str | None
+
+    @property
+    def fits_initially(self) -> bool:
+        return self.initial_peak_bytes <= self.budget_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.final_peak_bytes <= self.budget_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fits_initially": self.fits_initially,
+            "steps": [s.to_dict() for s in self.steps],
+            "final": {"spec": self.final.spec.to_dict(), "peak_bytes": self.final_peak_bytes,
+                      "sharding": self.final.sharding, "packing": self.final.packing,
+                      "cost": self.final_cost.to_dict()},
+            "fits": self.fits,
+            "cheapest": self.cheapest.to_dict(),
+            "model": self.model,
+            "gpu": self.gpu.to_dict(),
+            "gpus": self.gpus,
+            "headroom": self.headroom.to_dict(),
+            "budget_bytes": self.budget_bytes,
+            "initial": {"spec": self.initial.spec.to_dict(), "peak_bytes": self.initial_peak_bytes},
+            "skipped": [s.to_dict() for s in self.skipped],
+            "rank_lesson": self.rank_lesson.to_dict() if self.rank_lesson else None,
+            "smallest_gpu": {
+                "initial": self.smallest_gpu_initial.to_dict() if self.smallest_gpu_initial else None,
+                "final": self.smallest_gpu_final.to_dict() if self.smallest_gpu_final else None,
+            },
+            "time_model": self.time_model.to_dict(),
+            "data": self.data.to_dict() if self.data else None,
+            "seq_rule": self.fallback_seq_rule,
+        }
+
+
+class Evaluator:
+    """Peak bytes per GPU of a Setup, with the estimates memoised (a RunSpec is hashable)."""
+
+    def __init__(self, shape: ModelShape, gpus: int,
+                 estimate: Callable[[ModelShape, RunSpec], Any] | None = None) -> None:
+        self.shape = shape
+        self.gpus = gpus
+        if estimate is None:
+            from memfit.estimate import estimate_memory  # type: ignore[attr-defined]
+
+            estimate = estimate_memory
+        self._estimate_fn = estimate
+        self._estimates: dict[RunSpec, Any] = {}
+        self._peaks: dict[tuple[RunSpec, str], int] = {}
+
+    @property
+    def estimates(self) -> int:
+        """How many distinct estimates were computed."""
+        return len(self._estimates)
+
+    def estimate(self, spec: RunSpec) -> Any:
+        est = self._estimates.get(spec)
+        if est is None:
+            est = self._estimate_fn(self.shape, spec)
+            self._estimates[spec] = est
+        return est
+
+    def peak(self, setup: Setup) -> int:
+        key = (setup.spec, setup.sharding)
+        value = self._peaks.get(key)
+        if value is None:
+            est = self.estimate(setup.spec)
+            value = shard_peak(est, self.shape, setup.spec, setup.sharding, self.gpus).peak_bytes
+            self._peaks[key] = value
+        return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# cost of a setup against the user's
+
+
+def setup_cost(initial: Setup, setup: Setup, *, time_model: TimeModel, data: DataProfile | None) -> Cost:
+    """What ``setup`` gives up against ``initial`` (see :mod:`memfit.advise.costs`)."""
+    s0, s = initial.spec, setup.spec
+    time = time_model.checkpointing(s.checkpointing, s.checkpoint_every) / time_model.checkpointing(
+        s0.checkpointing, s0.checkpoint_every)
+    # rows per optimizer step R and micro-steps R/b; time ~ R*s0 + (R/b)*T0 (seq itself counted as 1.0)
+    t0 = time_model.micro_step_overhead_tokens
+    rows0 = s0.batch * s0.grad_accum
+    rows = s.batch * s.grad_accum
+    time *= (rows * s0.seq + (rows / s.batch) * t0) / (rows0 * s0.seq + (rows0 / s0.batch) * t0)
+    if s.method == "qlora" and s0.method != "qlora":
+        time *= time_model.qlora_factor
+    if setup.sharding == "zero3" and initial.sharding != "zero3":
+        time *= time_model.zero3_factor
+    halvings = math.log2(s0.rank / s.rank) if s0.is_adapter and s.rank < s0.rank else 0.0
+    if s.seq < s0.seq:
+        truncation = (data.truncated_share(s.seq) - data.truncated_share(s0.seq)) if data else 1.0 - s.seq / s0.seq
+    else:
+        truncation = 0.0
+    return Cost(time_factor=time, rank_halvings=halvings, quantised=s.method == "qlora" and s0.method != "qlora",
+                full_to_adapter=s0.method == "full" and s.method != "full", truncation=max(0.0, truncation))
+
+
+def divisors(n: int) -> list[int]:
+    """All divisors of n, ascending. >>> divisors(12) == [1, 2, 3, 4, 6, 12]"""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def round_up(n: int, multiple: int = SEQ_MULTIPLE) -> int:
+    return multiple * max(1, math.ceil(n / multiple))
+
+
+def packed_rows(rows: int, data: DataProfile) -> int:
+    """Packed rows per optimizer step carrying the real tokens of ``rows`` randomly batched rows."""
+    return max(1, math.ceil(rows * data.packing_ratio))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the ordered path
+
+
+class _Path:
+    """Applies the remedies in order, keeping the current setup and the steps taken."""
+
+    def __init__(self, ev: Evaluator, initial: Setup, budget: int, time_model: TimeModel,
+                 data: DataProfile | None, shape: ModelShape) -> None:
+        self.ev, self.budget, self.tm, self.data, self.shape = ev, budget, time_model, data, shape
+        self.current = initial
+        self.peak = ev.peak(initial)
+        self.steps: list[FitStep] = []
+        self.skipped: list[Skipped] = []
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.budget
+
+    def fits_setup(self, setup: Setup) -> bool:
+        return self.ev.peak(setup) <= self.budget
+
+    def first_fitting(self, options: list[Setup]) -> Setup | None:
+        """The first of ``options`` (least drastic first) that fits, or None."""
+        for opt in options:
+            if self.fits_setup(opt):
+                return opt
+        return None
+
+    def take(self, action: str, setup: Setup | None, cost: str | Callable[[Setup], str], *, time_factor: float = 1.0,
+             gives_up: str = "time", why_not: str = "") -> None:
+        if setup is None or setup == self.current:
+            self.skipped.append(Skipped(action=action, reason=why_not or "does not apply"))
+            return
+        peak = self.ev.peak(setup)
+        saved = self.peak - peak
+        if saved <= 0:
+            self.skipped.append(Skipped(action=action, reason=f"saves nothing here ({saved:,} B)"))
+            return
+        text = cost(setup) if callable(cost) else cost
+        self.steps.append(FitStep(action=action, setup=setup, peak_bytes=peak, saved_bytes=saved, cost=text,
+                                  time_factor=time_factor, gives_up=gives_up, fits=peak <= self.budget))
+        self.current, self.peak = setup, peak
+
+
+def ordered_path(path: _Path, *, allow_sharding: bool) -> None:
+    """Run the ordered remedies (module docstring) on ``path`` until it fits."""
+    tm, data = path.tm, path.data
+    moves: list[Callable[[], None]] = [
+        lambda: _attention(path),
+        lambda: _checkpointing(path, tm),
+        lambda: _micro_batch(path, tm),
+        lambda: _chunked_loss(path),
+        lambda: _packing(path, data),
+        lambda: _sharding(path, tm, allow_sharding),
+        lambda: _seq_len(path, data),
+        lambda: _adapter(path),
+        lambda: _quantize(path, tm),
+        lambda: _rank(path),
+    ]
+    for move in moves:
+        if path.fits:
+            return
+        move()
+
+
+def _attention(p: _Path) -> None:
+    s = p.current.spec
+    if s.attention != "eager":
+        p.take("attention", None, "", why_not=f"already {s.attention}")
+        return
+    p.take("attention", p.current.with_(attention="sdpa"),
+           "nothing: the same attention, computed by torch's sdpa kernel without storing the seq x seq "
+           "scores (usually faster)", gives_up="nothing")
+
+
+def _checkpointing(p: _Path, tm: TimeModel) -> None:
+    s = p.current.spec
+    if s.checkpointing == "full":
+        p.take("checkpointing", None, "", why_not="already full")
+        return
+    f = tm.checkpointing("full") / tm.checkpointing(s.checkpointing, s.checkpoint_every)
+    p.take("checkpointing", p.current.with_(checkpointing="full"),
+           f"time only: x{f:.2f} step time ({tm.source}); set model.config.use_cache = False",
+           time_factor=f)
+
+
+def _micro_batch(p: _Path, tm: TimeModel) -> None:
+    s = p.current.spec
+    effective = s.batch * s.grad_accum
+    options = [p.current.with_(batch=b, grad_accum=effective // b) for b in reversed(divisors(effective))
+               if b < s.batch]
+    if not options:
+        p.take("micro_batch", None, "", why_not="micro-batch is already 1")
+        return
+    chosen = p.first_fitting(options) or options[-1]
+    b = chosen.spec.batch
+    f = tm.micro_batch(s.batch * s.seq, b * s.seq)
+    p.take("micro_batch", chosen,
+           f"a little time: x{f:.2f} (more, smaller micro-steps); nothing statistical: effective batch "
+           f"{b} x {effective // b} = {effective}, as {s.batch} x {s.grad_accum}", time_factor=f)
+
+
+def _chunked_loss(p: _Path) -> None:
+    s = p.current.spec
+    if s.loss == "chunked":
+        p.take("chunked_loss", None, "", why_not="already chunked")
+        return
+    p.take("chunked_loss", p.current.with_(loss="chunked"),
+           f"nothing statistical, ~x1.00 time: a fused linear cross-entropy (Liger Kernel or cut-cross-entropy) "
+           f"never holds the {p.shape.vocab:,}-wide fp32 logits", gives_up="time")
+
+
+def _packing(p: _Path, data: DataProfile | None) -> None:
+    if data is None:
+        p.take("packing", None, "", why_not="needs --data and --tokenizer (padding waste is a property of the data)")
+        return
+    if p.current.packing:
+        p.take("packing", None, "", why_not="already packed")
+        return
+    s = p.current.spec
+    ratio = data.packing_ratio
+    rows = packed_rows(s.batch * s.grad_accum, data)
+    batch = max(1, min(s.batch, math.ceil(s.batch * ratio)))
+    accum = math.ceil(rows / batch)
+    p.take("packing", p.current.with_(packing=True, batch=batch, grad_accum=accum),
+           f"time saved: x{ratio:.2f} (padding {100 * data.waste_random:.0f}% -> {100 * data.waste_packed:.0f}%, "
+           f"{batch} packed rows carry the real tokens of {s.batch}); keep examples apart (position_ids reset) "
+           "and the -100 labels: check with memfit verify-pack", time_factor=ratio, gives_up="nothing")
+
+
+def _sharding(p: _Path, tm: TimeModel, allowed: bool) -> None:
+    if not allowed:
+        p.take("sharding", None, "", why_not="one GPU (pass --gpus N to shard over N)")
+        return
+    order = list(SHARDINGS)
+    start = order.index(p.current.sharding) + 1
+    options = [p.current.with_(sharding=z) for z in order[start:]]
+    if not options:
+        p.take("sharding", None, "", why_not="already zero3")
+        return
+    chosen = p.first_fitting(options) or options[-1]
+    z = chosen.sharding
+    sharded = {"zero1": "optimizer states", "zero2": "optimizer states and gradients",
+               "zero3": "optimizer states, gradients and weights"}[z]
+    f = tm.zero3_factor if z == "zero3" else 1.0
+    p.take("sharding", chosen, f"time: x{f:.2f} ({'assumed, ' if z == 'zero3' else ''}communication); "
+           f"{z} shards the {sharded} over {p.ev.gpus} GPUs", time_factor=f)
+
+
+def _seq_len(p: _Path, data: DataProfile | None) -> None:
+    s = p.current.spec
+    if data is not None:
+        floor = data.recommended_seq_len
+        if floor >= s.seq:
+            p.take("seq_len", None, "", why_not=f"seq {s.seq} is already at or below the data's p95 "
+                   f"({data.p95} tokens, {floor} rounded up to 64)")
+            return
+    else:
+        floor = max(SEQ_MULTIPLE, round_up(s.seq // 2))
+        if floor >= s.seq:
+            p.take("seq_len", None, "", why_not="sequence already short")
+            return
+    lengths = [L for L in range(round_up(s.seq) - SEQ_MULTIPLE, floor - 1, -SEQ_MULTIPLE) if L < s.seq]
+    if floor not in lengths:
+        lengths.append(floor)
+    options = [p.current.with_(seq=L) for L in lengths]
+    chosen = p.first_fitting(options) or options[-1]
+    L = chosen.spec.seq
+    if data is not None:
+        cut = data.truncated(L)
+        text = (f"changes the task: seq {s.seq} -> {L} truncates {cut:,} of {data.count:,} examples "
+                f"({100 * cut / data.count:.1f}%; p95 = {data.p95} tokens)")
+    else:
+        text = (f"changes the task: seq {s.seq} -> {L}; share of examples truncated UNKNOWN without data "
+                "(fallback rule: the longest multiple of 64 that fits, no shorter than half the sequence); "
+                "check with memfit lengths DATA --tokenizer T")
+    p.take("seq_len", chosen, text, gives_up="task" if data is None or data.truncated(L) else "nothing")
+
+
+def _adapter(p: _Path) -> None:
+    s = p.current.spec
+    if s.method != "full":
+        p.take("adapter", None, "", why_not=f"already {s.method}")
+        return
+    p.take("adapter", p.current.with_(method="lora"),
+           f"quality: trains a rank-{s.rank} LoRA adapter instead of every weight", gives_up="quality")
+
+
+def _quantize(p: _Path, tm: TimeModel) -> None:
+    s = p.current.spec
+    if s.method != "lora":
+        p.take("quantize", None, "", why_not=f"method is {s.method}")
+        return
+    p.take("quantize", p.current.with_(method="qlora"),
+           f"some quality: a 4-bit NF4 base (QLoRA); time x{tm.qlora_factor:.2f} assumed (dequantisation)",
+           time_factor=tm.qlora_factor, gives_up="quality")
+
+
+def _rank(p: _Path) -> None:
+    s = p.current.spec
+    if not s.is_adapter or s.rank <= MIN_RANK:
+        p.take("rank", None, "", why_not=f"rank {s.rank} is already at most {MIN_RANK}" if s.is_adapter
+               else "full fine-tuning has no rank")
+        return
+    ranks = []
+    r = s.rank // 2
+    while r >= MIN_RANK:
+        ranks.append(r)
+        r //= 2
+    if not ranks or ranks[-1] != MIN_RANK:
+        ranks.append(MIN_RANK)
+    options = [p.current.with_(rank=r) for r in ranks]
+    chosen = p.first_fitting(options) or options[-1]
+    p.take("rank", chosen, f"capacity: rank {s.rank} -> {chosen.spec.rank} ({s.rank // chosen.spec.rank}x fewer "
+           "adapter parameters); saves the least of any step", gives_up="capacity")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the exhaustive search
+
+
+CHECKPOINT_OPTIONS: tuple[tuple[str, int], ...] = (("none", 2), ("every-k", 4), ("every-k", 2), ("sqrt", 2),
+                                                   ("full", 2))
+
+
+def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterator[Setup]:
+    """Every combination of the knobs the advisor may turn (module docstring)."""
+    s0 = initial.spec
+    ckpts = list(dict.fromkeys([(s0.checkpointing, s0.checkpoint_every), *CHECKPOINT_OPTIONS]))
+    seqs = [s0.seq]
+    if data is not None:
+        seqs += [data.no_cut_seq_len(), data.recommended_seq_len]
+    else:
+        seqs += [round_up(3 * s0.seq // 4), round_up(s0.seq // 2)]
+    seqs = sorted({L for L in seqs if L <= s0.seq}, reverse=True)
+    methods = [s0.method] + {"full": ["lora", "qlora"], "lora": ["qlora"], "qlora": []}[s0.method]
+    ranks = [s0.rank]
+    if s0.is_adapter or s0.method == "full":
+        r = s0.rank // 2
+        while r >= MIN_RANK:
+            ranks.append(r)
+            r //= 2
+    attentions = list(dict.fromkeys([s0.attention, "sdpa"] + (["flash"] if s0.device == "cuda" else [])))
+    losses = list(dict.fromkeys([s0.loss, "chunked"]))
+    shardings = list(SHARDINGS) if gpus > 1 else [initial.sharding]
+    packings = [False, True] if data is not None else [initial.packing]
+    rows0 = s0.batch * s0.grad_accum
+    for packing in packings:
+        rows = packed_rows(rows0, data) if packing and data is not None and not initial.packing else rows0
+        batches = [b for b in divisors(rows) if b <= s0.batch]
+        for (ck, every), b, seq, method, rank, attn, loss, shard in product(
+                ckpts, batches, seqs, methods, ranks, attentions, losses, shardings):
+            if method == "full" and rank != s0.rank:
+                continue
+            try:
+                spec = s0.with_(checkpointing=ck, checkpoint_every=every, batch=b, grad_accum=rows // b, seq=seq,
+                                method=method, rank=rank, attention=attn, loss=loss)
+            except MemfitError:
+                continue
+            yield Setup(spec=spec, sharding=shard, packing=packing)
+
+
+def minimal_setups(initial: Setup, *, data: DataProfile | None, gpus: int) -> list[Setup]:
+    """The few least-memory candidates: if none of them fits, nothing does."""
+    s0 = initial.spec
+    cands = list(candidates(initial, data=data, gpus=gpus))
+    min_seq = min(c.spec.seq for c in cands)
+    min_rank = min(c.spec.rank for c in cands)
+    most = {"qlora": 0, "lora": 1, "full": 2}
+    best_method = min((c.spec.method for c in cands), key=lambda m: most[m])
+    out = [c for c in cands if c.spec.batch == 1 and c.spec.seq == min_seq and c.spec.rank == min_rank
+           and c.spec.method == best_method and c.spec.loss == "chunked"
+           and c.spec.checkpointing in ("full", "sqrt")
+           and c.sharding == (SHARDINGS[-1] if gpus > 1 else initial.sharding)]
+    return out or [initial.with_(batch=1, grad_accum=s0.batch * s0.grad_accum)]
+
+
+def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: TimeModel, data: DataProfile | None,
+                 progress: Callable[[int, int], None] | None = None) -> Cheapest:
+    """The cheapest fitting configuration: candidates sorted by cost, estimated in that order."""
+    cands = list(candidates(initial, data=data, gpus=ev.gpus))
+    costed = sorted(((setup_cost(initial, c, time_model=time_model, data=data), c) for c in cands),
+                    key=lambda pair: pair[0].key())
+    n = len(costed)
+    if all(ev.peak(m) > budget for m in minimal_setups(initial, data=data, gpus=ev.gpus)):
+        return Cheapest(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=ev.estimates)
+    best: tuple[int, Setup, Cost] | None = None
+    best_key = None
+    for i, (cost, setup) in enumerate(costed):
+        if best_key is not None and cost.key() != best_key:
+            break
+        peak = ev.peak(setup)
+        if progress is not None and i % 64 == 0:
+            progress(i, n)
+        if peak <= budget and (best is None or peak < best[0]):
+            best = (peak, setup, cost)
+            best_key = cost.key()
+    if progress is not None:
+        progress(n, n)
+    if best is None:
+        return Cheapest(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=ev.estimates)
+    peak, setup, cost = best
+    return Cheapest(setup=setup, peak_bytes=peak, cost=cost, candidates=n, evaluated=ev.estimates,
+                    changes=setup_changes(initial, setup))
+
+
+def setup_changes(initial: Setup, setup: Setup) -> dict[str, Any]:
+    """The knobs that differ from the user's: ``{"batch": [8, 2], ...}``."""
+    a, b = initial.to_dict(), setup.to_dict()
+    out: dict[str, Any] = {k: [a["spec"][k], v] for k, v in b["spec"].items() if a["spec"][k] != v}
+    for k in ("sharding", "packing"):
+        if a[k] != b[k]:
+            out[k] = [a[k], b[k]]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def smallest_gpu(peak_bytes: int, headroom: Headroom) -> GpuSpec | None:
+    """The smallest GPU of the bundled table on which ``peak_bytes`` fits with ``headroom``."""
+    for g in gpu_table():
+        if peak_bytes <= headroom.budget(g.bytes):
+            return g
+    return None
+
+
+def rank_lesson(ev: Evaluator, spec: RunSpec) -> RankLesson | None:
+    """Lowering the rank to 8 on the user's spec: bytes saved beside the activation bytes."""
+    if not spec.is_adapter or spec.rank <= MIN_RANK:
+        return None
+    from memfit.estimate.lora import lora_trainable_params
+
+    low = spec.with_(rank=MIN_RANK)
+    est_hi, est_lo = ev.estimate(spec), ev.estimate(low)
+    return RankLesson(from_rank=spec.rank, to_rank=MIN_RANK,
+                      saved_bytes=int(est_hi.peak_bytes) - int(est_lo.peak_bytes),
+                      activation_bytes=_activation_bytes(est_hi),
+                      trainable_from=int(lora_trainable_params(ev.shape, spec)),
+                      trainable_to=int(lora_trainable_params(ev.shape, low)))
+
+
+def _activation_bytes(est: Any) -> int:
+    value = getattr(est, "activation_bytes", None)
+    if isinstance(value, int):
+        return value
+    return int(est.components.get("activations", 0))
+
+
+def fit(shape: ModelShape, spec: RunSpec, *, gpu: str | GpuSpec | None = None, gpus: int = 1,
+        headroom: Headroom | None = None, time_model: TimeModel | None = None, data: DataProfile | None = None,
+        search: bool = True, progress: Callable[[int, int], None] | None = None,
+        estimate: Callable[[ModelShape, RunSpec], Any] | None = None) -> FitReport:
+    """Advise how to make ``spec`` fit: the lesson's ordered path and the cheapest configuration overall.
+
+    ``gpu`` defaults to ``spec.gpu``; ``gpus`` > 1 allows ZeRO/FSDP sharding over that many GPUs (the peak
+    is then per GPU). ``estimate`` replaces :func:`memfit.estimate.estimate_memory` (tests).
+    """
+    if gpu is None:
+        gpu = spec.gpu
+    if gpu is None:
+        raise MemfitError("memfit fit needs --gpu: a GPU name (memfit gpus) or a size such as 24GiB")
+    if gpus < 1:
+        raise MemfitError(f"--gpus must be a positive integer, got {gpus}")
+    gpu_spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(gpu)
+    headroom = headroom or Headroom()
+    time_model = time_model or TimeModel()
+    budget = headroom.budget(gpu_spec.bytes)
+    if budget <= 0:
+        raise MemfitError(f"--headroom {headroom.describe()} leaves nothing of {gpu_spec.name}: lower it")
+    ev = Evaluator(shape, gpus, estimate)
+    initial = Setup(spec=spec)
+    path = _Path(ev, initial, budget, time_model, data, shape)
+    initial_peak = path.peak
+    ordered_path(path, allow_sharding=gpus > 1)
+    final, final_peak = path.current, path.peak
+    cheapest = (cheapest_fit(ev, initial, budget, time_model=time_model, data=data, progress=progress) if search
+                else Cheapest(setup=None, peak_bytes=None, cost=None, candidates=0, evaluated=0))
+    return FitReport(
+        model=shape.name or "model",
+        gpu=gpu_spec,
+        gpus=gpus,
+        headroom=headroom,
+        budget_bytes=budget,
+        initial=initial,
+        initial_peak_bytes=initial_peak,
+        steps=tuple(path.steps),
+        skipped=tuple(path.skipped),
+        final=final,
+        final_peak_bytes=final_peak,
+        final_cost=setup_cost(initial, final, time_model=time_model, data=data),
+        cheapest=cheapest,
+        rank_lesson=rank_lesson(ev, spec),
+        smallest_gpu_initial=None if initial_peak <= budget else smallest_gpu(initial_peak, headroom),
+        smallest_gpu_final=None if final_peak <= budget else smallest_gpu(final_peak, headroom),
+        time_model=time_model,
+        data=data,
+        fallback_seq_rule=None if data is not None else (
+            "no data given: the seq_len step uses the longest multiple of 64 that fits, no shorter than half "
+            "the sequence, and cannot say how many examples that truncates"),
+    )
+
+
+def _float(text: str, original: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise MemfitError(f"--headroom {original!r}: write a share (0.1 or 10%) or a size (2GiB)") from None
