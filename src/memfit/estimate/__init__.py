@@ -3,23 +3,42 @@
 Pure Python: this package never imports torch (a test imports it with torch blocked).
 """
 
+from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
+from memfit.estimate.budget import Explanation, MemoryEstimate, estimate_memory
 from memfit.estimate.catalogue import CatalogueEntry, catalogue, lookup, resolve_config, resolve_model
+from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu, smallest_fitting_gpu
+from memfit.estimate.lora import adapted_linears, lora_trainable_params
 from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, Linear, ModelShape, Norm
 from memfit.estimate.spec import RunSpec, parse_targets
+from memfit.estimate.states import ModelStates, model_states
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
+    "ActivationBytes",
     "CatalogueEntry",
+    "Explanation",
+    "GpuSpec",
     "Linear",
+    "MemoryEstimate",
     "ModelShape",
+    "ModelStates",
     "Norm",
     "ParamCount",
     "RunSpec",
+    "adapted_linears",
     "catalogue",
     "count_params",
+    "estimate_activations",
+    "estimate_memory",
+    "gpu_table",
     "lookup",
+    "lora_trainable_params",
+    "model_states",
     "parse_targets",
     "resolve_config",
+    "resolve_gpu",
     "resolve_model",
+    "rule_of_thumb_activation_bytes",
+    "smallest_fitting_gpu",
 ]

@@ -1,0 +1,648 @@
+"""Activations: what autograd keeps from the forward for the backward, op by op, for one training step.
+
+The forward of each architecture is replayed symbolically, op by op, as transformers 5 writes it, on
+abstract tensors that carry only (elements, bytes per element, requires_grad, storage). Each op saves what
+PyTorch's derivative formula needs *for the inputs that require grad*, which is how autograd decides:
+
+=====================  ============================================================================
+op                     saved for backward
+=====================  ============================================================================
+linear(x, W)           x if W requires grad; W (or its autocast bf16 copy) if x requires grad
+a * b (tensors)        b if a requires grad; a if b requires grad
+silu / gelu(x)         x;  gelu_new (GPT-2's tanh formula in Python): x, 0.5x, tanh(.), 1+tanh(.)
+softmax, tanh          the output
+x.to(dtype), add, cat  nothing (a cast makes a new storage unless the dtype already matches)
+RMSNorm (Llama)        fp32 copy of x, rsqrt (b*s*4 B), and the normalised x in the input dtype when
+                       the norm weight is trained
+LayerNorm              x, mean, rstd (when anything involved requires grad)
+eager attention        q and k (as matmul operands), softmax output (fp32), probabilities in the
+                       compute dtype, v:  O(b*a*s^2)
+sdpa / flash           q, k, v, output, logsumexp (b*a*s fp32): no s^2 term
+embedding              the token ids (int64) when the table is trained
+cross-entropy          log-softmax output, fp32 b*s*V, the shifted labels (int64)
+=====================  ============================================================================
+
+Under autocast (``mixed-*``) every linear / matmul / sdpa input is cast to the compute dtype: the cast
+copies are what is saved, one per consumer (q, k and v each save their own bf16 copy of the normed
+input), and frozen weights are cast again at every call, so a frozen linear whose input requires grad
+keeps a bf16 copy of its weight alive until its backward runs.
+
+A storage is counted once however many ops save it (views share storage). Parameters are not
+activations. Layers 1..L-1 are identical; layer 0 differs because its input (the embedding output)
+does not require grad when the embedding is frozen (LoRA), so it saves less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memfit.errors import MemfitError
+from memfit.estimate.lora import adapted_linears, lora_rank
+from memfit.estimate.shape import Linear, ModelShape
+from memfit.estimate.spec import RunSpec
+
+FP32 = 4
+INT64 = 8
+
+
+@dataclass(slots=True)
+class _T:
+    """An abstract tensor: element count, bytes per element, requires_grad, storage id."""
+
+    numel: int
+    bpe: int
+    rg: bool
+    sid: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.bpe
+
+
+@dataclass(slots=True)
+class _Param:
+    numel: int
+    bpe: int
+    rg: bool
+
+
+@dataclass
+class _Ctx:
+    """State of one symbolic forward: saved storages (sid -> bytes, component) and knobs."""
+
+    spec: RunSpec
+    shape: ModelShape
+    autocast: bool
+    c: int  # compute dtype bytes
+    saved: dict[int, tuple[int, str]] = field(default_factory=dict)
+    param_sids: set[int] = field(default_factory=set)
+    next_sid: int = 0
+    transient: int = 0  # largest short-lived extra seen inside the layer (forward)
+
+    def new(self, numel: int, bpe: int, rg: bool) -> _T:
+        self.next_sid += 1
+        return _T(numel, bpe, rg, self.next_sid)
+
+    def save(self, t: _T, comp: str) -> None:
+        if t.sid in self.saved or t.sid in self.param_sids:
+            return
+        self.saved[t.sid] = (t.nbytes, comp)
+
+    # ---- ops ------------------------------------------------------------------------------
+    def cast(self, t: _T, bpe: int) -> _T:
+        return t if t.bpe == bpe else self.new(t.numel, bpe, t.rg)
+
+    def weight_tensor(self, p: _Param) -> _T:
+        """The weight as the op sees it: the parameter itself, or an autocast copy in the compute dtype."""
+        if self.autocast and p.bpe != self.c:
+            return self.new(p.numel, self.c, p.rg)
+        t = self.new(p.numel, p.bpe, p.rg)
+        self.param_sids.add(t.sid)
+        return t
+
+    def linear(self, x: _T, out_numel: int, w: _Param, comp: str) -> _T:
+        xc = self.cast(x, self.c) if self.autocast else x
+        wt = self.weight_tensor(w)
+        if w.rg:
+            self.save(xc, comp)
+        if xc.rg:
+            self.save(wt, comp + "/weight_copy" if wt.sid not in self.param_sids else comp)
+        return self.new(out_numel, self.c if self.autocast else xc.bpe, x.rg or w.rg)
+
+    def mul(self, a: _T, b: _T, comp: str, out_numel: int | None = None) -> _T:
+        if a.rg:
+            self.save(b, comp)
+        if b.rg:
+            self.save(a, comp)
+        return self.new(out_numel or max(a.numel, b.numel), max(a.bpe, b.bpe), a.rg or b.rg)
+
+    def unary_saving_input(self, x: _T, comp: str) -> _T:
+        if x.rg:
+            self.save(x, comp)
+        return self.new(x.numel, x.bpe, x.rg)
+
+    def unary_saving_output(self, x: _T, comp: str, bpe: int | None = None) -> _T:
+        out = self.new(x.numel, bpe or x.bpe, x.rg)
+        if x.rg:
+            self.save(out, comp)
+        return out
+
+    def add(self, a: _T, b: _T) -> _T:
+        return self.new(max(a.numel, b.numel), max(a.bpe, b.bpe), a.rg or b.rg)
+
+    def matmul(self, a: _T, b: _T, out_numel: int, comp: str) -> _T:
+        if self.autocast:
+            a, b = self.cast(a, self.c), self.cast(b, self.c)
+        if b.rg:
+            self.save(a, comp)
+        if a.rg:
+            self.save(b, comp)
+        return self.new(out_numel, max(a.bpe, b.bpe), a.rg or b.rg)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActivationBytes:
+    """Bytes saved for backward by one forward pass, by where they are kept.
+
+    ``first_layer`` and ``per_layer`` are one block's saved bytes (layer 0 and each of layers 1..L-1),
+    ``by_component`` splits a typical block (``"attention/scores"``, ``"mlp/act"`` ...), ``shared`` are
+    tensors made once and used by every block (rotary cos/sin), ``head`` the final norm and lm_head
+    inputs, ``loss`` the cross-entropy's saved log-softmax (fp32 b*s*V) and labels, ``embedding`` the ids.
+    With checkpointing, ``checkpoints`` holds the kept block inputs and ``per_layer`` is what one block
+    holds while it is recomputed in the backward.
+    """
+
+    first_layer: int
+    per_layer: int
+    by_component: dict[str, int]
+    first_by_component: dict[str, int]
+    shared: int
+    head: int
+    loss: int
+    embedding: int
+    checkpoints: int
+    n_layers: int
+    segment: int  # blocks per checkpointed segment (0: no checkpointing; 1: every block)
+    layer_input: int  # one block's input (b*s*h in the residual dtype): what a checkpoint keeps
+    logits_bytes: int  # b*s*V in the logits' dtype (compute dtype)
+    logits_fp32: int  # b*s*V*4: the upcast logits, the log-softmax output, and each of their grads
+
+    @property
+    def layers(self) -> int:
+        """Saved bytes of all blocks at the end of the forward."""
+        if self.segment:
+            return self.checkpoints
+        return self.first_layer + (self.n_layers - 1) * self.per_layer
+
+    @property
+    def total(self) -> int:
+        """Everything alive at the end of the forward that is not a weight: what the backward consumes."""
+        return self.layers + self.shared + self.head + self.loss + self.embedding
+
+    def breakdown(self) -> dict[str, int]:
+        out = {f"activations/layer/{k}": v for k, v in self.by_component.items()}
+        out["activations/layer/total"] = self.per_layer
+        out["activations/layers"] = self.layers
+        out["activations/shared"] = self.shared
+        out["activations/head"] = self.head
+        out["activations/loss"] = self.loss
+        out["activations/embedding"] = self.embedding
+        if self.segment:
+            out["activations/checkpoints"] = self.checkpoints
+        out["activations/total"] = self.total
+        return out
+
+
+def rule_of_thumb_activation_bytes(n_layers: int, batch: int, seq: int, hidden: int) -> int:
+    """The lesson's rough figure for a bf16 block: L * b * s * h * 20 bytes.
+
+    >>> rule_of_thumb_activation_bytes(24, 4, 2048, 2048)
+    8053063680
+    >>> rule_of_thumb_activation_bytes(32, 2, 4096, 4096)
+    21474836480
+    """
+    for name, v in (("layers", n_layers), ("batch", batch), ("seq", seq), ("hidden", hidden)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise MemfitError(f"--{name} must be a positive integer, got {v!r}")
+    return n_layers * batch * seq * hidden * 20
+
+
+# ---- the block forward ---------------------------------------------------------------------------
+
+class _Block:
+    """One decoder block's forward, replayed on a context."""
+
+    def __init__(self, shape: ModelShape, spec: RunSpec, ctx: _Ctx, lora: dict[str, Linear]):
+        self.s, self.spec, self.ctx, self.lora = shape, spec, ctx, lora
+        self.T = spec.batch * spec.seq
+        full = spec.method == "full"
+        wb = spec.weight_bytes
+        self.wb = wb
+        self.norm_w = _Param(shape.hidden, 4 if spec.method == "qlora" else wb, full)
+        self.full = full
+
+    # linear with an optional LoRA branch (PEFT's Linear.forward)
+    def lin(self, x: _T, lin: Linear, comp: str, rows: int | None = None) -> _T:
+        ctx, spec = self.ctx, self.spec
+        rows = rows or self.T
+        base_b = self.wb if spec.method != "qlora" else ctx.c
+        w = _Param(lin.in_features * lin.out_features, base_b, self.full)
+        if spec.method == "qlora":
+            out = self._qlinear(x, lin, rows, comp)
+        else:
+            out = ctx.linear(x, rows * lin.out_features, w, comp)
+        ad = self.lora.get(lin.path)
+        if ad is None:
+            return out
+        r = lora_rank(ad, spec.rank)
+        # PEFT: x = x.to(lora_A.weight.dtype) (fp32), dropout, lora_A, lora_B, * scaling, add, .to(result dtype)
+        xa = ctx.cast(x, FP32)
+        if spec.lora_dropout > 0:
+            # dropout keeps its mask (1 byte per element) and its output for lora_A
+            mask = ctx.new(xa.numel, 1, False)
+            ctx.save(mask, "lora/dropout_mask")
+            xa = ctx.new(xa.numel, FP32, xa.rg)
+        a_out = ctx.linear(xa, rows * r, _Param(r * lin.in_features, FP32, True), "lora/A")
+        b_out = ctx.linear(a_out, rows * lin.out_features, _Param(r * lin.out_features, FP32, True), "lora/B")
+        res = ctx.add(out, b_out)
+        return ctx.cast(res, out.bpe) if not ctx.autocast else ctx.cast(res, out.bpe)
+
+    def _qlinear(self, x: _T, lin: Linear, rows: int, comp: str) -> _T:
+        """bitsandbytes Linear4bit: x.to(compute dtype); MatMul4Bit keeps only the 4-bit weight for the
+        input gradient (a parameter), the dequantised weight is a transient."""
+        ctx = self.ctx
+        xc = ctx.cast(x, ctx.c)
+        ctx.transient = max(ctx.transient, lin.in_features * lin.out_features * ctx.c)
+        return ctx.new(rows * lin.out_features, ctx.c, xc.rg)
+
+    def rmsnorm(self, x: _T, size: int, comp: str, *, gemma: bool = False) -> _T:
+        ctx = self.ctx
+        rows = x.numel // size
+        x32 = ctx.cast(x, FP32)
+        if x32.rg:
+            ctx.save(x32, comp)
+        r = ctx.new(rows, FP32, x.rg)
+        if x.rg:
+            ctx.save(r, comp)
+        y32 = ctx.new(x.numel, FP32, x.rg)
+        w = _Param(size, self.norm_w.bpe, self.norm_w.rg)
+        if gemma:
+            # output = _norm(x.float()) * (1.0 + weight.float()); output.type_as(x)
+            w1 = ctx.new(size, FP32, w.rg)  # 1 + weight.float(): a fresh (size,) fp32 tensor
+            out = ctx.mul(y32, w1, comp)
+            return ctx.cast(out, x.bpe)
+        y = ctx.cast(y32, x.bpe)
+        wt = ctx.weight_tensor(_Param(size, w.bpe, w.rg)) if not ctx.autocast else _T(size, w.bpe, w.rg, -1)
+        if wt.sid == -1:
+            ctx.param_sids.add(-1)
+        return ctx.mul(wt, y, comp, out_numel=y.numel)
+
+    def layernorm(self, x: _T, comp: str) -> _T:
+        ctx = self.ctx
+        rows = x.numel // self.s.hidden
+        if x.rg or self.full:
+            ctx.save(x, comp)
+            stat_b = FP32 if (self.spec.device == "cuda" or x.bpe == FP32) else x.bpe
+            ctx.save(ctx.new(rows, stat_b, False), comp)
+            ctx.save(ctx.new(rows, stat_b, False), comp)
+        return ctx.new(x.numel, x.bpe, x.rg or self.full)
+
+    def act(self, x: _T, comp: str) -> _T:
+        ctx = self.ctx
+        name = self.s.activation
+        if name in ("gelu_new", "gelu_fast", "gelu_pytorch_tanh_python"):
+            # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+            if x.rg:
+                ctx.save(x, comp)  # pow
+            t = ctx.new(x.numel, x.bpe, x.rg)
+            if x.rg:
+                ctx.save(t, comp)  # tanh output
+            half = ctx.new(x.numel, x.bpe, x.rg)
+            one_t = ctx.new(x.numel, x.bpe, x.rg)
+            return ctx.mul(half, one_t, comp)
+        return ctx.unary_saving_input(x, comp)
+
+    # ---- attention kernels ----------------------------------------------------------------
+    def attention_core(self, q: _T, k: _T, v: _T, comp: str = "attention") -> _T:
+        """q: (b, a, s, d); k, v: (b, kv, s, d) -> output (b, s, a*d) contiguous."""
+        ctx, s, spec = self.ctx, self.s, self.spec
+        b, sq = spec.batch, spec.seq
+        a, kv, d = s.n_heads, s.n_kv_heads, s.head_dim
+        scores = b * a * sq * sq
+        impl = spec.attention
+        if impl == "eager" or (impl == "sdpa" and spec.padding_mask and spec.device == "cpu" and False):
+            rep = a // kv
+            if rep > 1 and s.model_type not in ("gpt2", "gpt_neox", "opt"):
+                k = ctx.new(b * a * sq * d, k.bpe, k.rg)
+                v = ctx.new(b * a * sq * d, v.bpe, v.rg)
+            sc = ctx.matmul(q, k, scores, f"{comp}/qk")
+            if s.attn_softcap:
+                sc = ctx.new(scores, sc.bpe, sc.rg)  # / softcap
+                sc = ctx.unary_saving_output(sc, f"{comp}/softcap")  # tanh
+                sc = ctx.new(scores, sc.bpe, sc.rg)  # * softcap
+            if s.model_type == "gpt2":
+                p = ctx.unary_saving_output(sc, f"{comp}/scores")  # softmax in the input dtype
+                p = ctx.cast(p, v.bpe)
+            else:
+                p32 = ctx.unary_saving_output(sc, f"{comp}/scores", bpe=FP32)  # softmax(dtype=fp32)
+                p = ctx.cast(p32, q.bpe)  # .to(query.dtype)
+            ctx.transient = max(ctx.transient, scores * FP32 + scores * sc.bpe)
+            o = ctx.matmul(p, v, b * a * sq * d, f"{comp}/pv")
+            out = ctx.new(b * sq * a * d, o.bpe, o.rg)  # transpose(1, 2).contiguous()
+            return out
+        # sdpa (flash / memory-efficient kernels) and flash-attention-2
+        if ctx.autocast:
+            q, k, v = ctx.cast(q, ctx.c), ctx.cast(k, ctx.c), ctx.cast(v, ctx.c)
+        gqa_native = impl == "flash" or (spec.device == "cpu" and not spec.padding_mask and d <= 256)
+        if a != kv and not gqa_native:
+            k = ctx.new(b * a * sq * d, k.bpe, k.rg)
+            v = ctx.new(b * a * sq * d, v.bpe, v.rg)
+        rg = q.rg or k.rg or v.rg
+        out = ctx.new(b * a * sq * d, q.bpe, rg)
+        if rg:
+            if spec.padding_mask and impl == "sdpa" and spec.device == "cuda":
+                # a padding mask sends CUDA sdpa to the memory-efficient kernel (keeps output + lse) or,
+                # for unsupported shapes, to the math path; memfit assumes the efficient kernel.
+                pass
+            for t in (q, k, v, out):
+                ctx.save(t, f"{comp}/kernel")
+            lse = ctx.new(b * a * sq, FP32, False)
+            ctx.save(lse, f"{comp}/kernel")
+        if impl == "sdpa" and spec.device == "cuda" and spec.attention != "flash":
+            pass
+        # output is (b, a, s, d) -> transpose(1, 2).contiguous()? sdpa returns a (b, s, a, d) view; transformers
+        # transposes it back and reshapes: for the CPU kernel the result is already contiguous in (b, s, a, d).
+        return _T(b * sq * a * d, out.bpe, out.rg, out.sid)
+
+    def rope(self, x: _T, cos: _T, sin: _T, comp: str) -> _T:
+        """x * cos + rotate_half(x) * sin (on the rotary slice; the rest is concatenated back)."""
+        ctx = self.ctx
+        frac = self.s.rotary_fraction
+        if frac < 1.0:
+            rot = ctx.new(int(x.numel * frac), x.bpe, x.rg)  # a view in fact; the product is what matters
+            rot_sid = x.sid
+            rot = _T(rot.numel, rot.bpe, rot.rg, rot_sid)
+        else:
+            rot = x
+        a = ctx.mul(rot, cos, f"{comp}/rope", out_numel=rot.numel)
+        rh = ctx.new(rot.numel, rot.bpe, rot.rg)  # cat(-x2, x1)
+        bb = ctx.mul(rh, sin, f"{comp}/rope", out_numel=rot.numel)
+        out = ctx.add(a, bb)
+        if frac < 1.0:
+            out = ctx.new(x.numel, out.bpe, out.rg)  # cat((rotated, pass), dim=-1)
+        return out
+
+
+def _lora_map(shape: ModelShape, spec: RunSpec) -> dict[str, Linear]:
+    return {lin.path: lin for lin in adapted_linears(shape, spec)}
+
+
+def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T | None, sin: _T | None,
+                   lora: dict[str, Linear]) -> _T:
+    """Replay one decoder block; returns the block output (the next block's input)."""
+    blk = _Block(shape, spec, ctx, lora)
+    lins = {lin.path: lin for lin in shape.linears()}
+    T, h, t = blk.T, shape.hidden, shape.model_type
+    a, kv, d = shape.n_heads, shape.n_kv_heads, shape.head_dim
+
+    if t == "gpt2":
+        n1 = blk.layernorm(x, "norm")
+        qkv = blk.lin(n1, lins["attn.c_attn"], "attention/qkv")
+        q = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        k = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        v = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        if spec.attention == "eager":
+            # gpt2's eager path: matmul on views of the fused qkv output (transposes copy for bmm)
+            q = ctx.new(T * h, qkv.bpe, qkv.rg)
+            k = ctx.new(T * h, qkv.bpe, qkv.rg)
+            v = ctx.new(T * h, qkv.bpe, qkv.rg)
+        o = blk.attention_core(q, k, v)
+        o = blk.lin(o, lins["attn.c_proj"], "attention/out")
+        x = ctx.add(x, o)
+        n2 = blk.layernorm(x, "norm")
+        f = blk.lin(n2, lins["mlp.c_fc"], "mlp/up")
+        f = blk.act(f, "mlp/act")
+        f = blk.lin(f, lins["mlp.c_proj"], "mlp/down")
+        return ctx.add(x, f)
+
+    if t == "gpt_neox":
+        n1 = blk.layernorm(x, "norm")
+        qkv = blk.lin(n1, lins["attention.query_key_value"], "attention/qkv")
+        q = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        k = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        v = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        assert cos is not None and sin is not None
+        q = blk.rope(q, cos, sin, "attention")
+        k = blk.rope(k, cos, sin, "attention")
+        o = blk.attention_core(q, k, v)
+        o = blk.lin(o, lins["attention.dense"], "attention/out")
+        if shape.parallel_residual:
+            n2 = blk.layernorm(x, "norm")
+        else:
+            x = ctx.add(x, o)
+            n2 = blk.layernorm(x, "norm")
+        f = blk.lin(n2, lins["mlp.dense_h_to_4h"], "mlp/up")
+        f = blk.act(f, "mlp/act")
+        f = blk.lin(f, lins["mlp.dense_4h_to_h"], "mlp/down")
+        if shape.parallel_residual:
+            return ctx.add(ctx.add(o, f), x)
+        return ctx.add(x, f)
+
+    if t == "opt":
+        n1 = blk.layernorm(x, "norm")
+        q = blk.lin(n1, lins["self_attn.q_proj"], "attention/q")
+        q = ctx.new(q.numel, q.bpe, q.rg)  # q * scaling (OPT scales the query)
+        k = blk.lin(n1, lins["self_attn.k_proj"], "attention/k")
+        v = blk.lin(n1, lins["self_attn.v_proj"], "attention/v")
+        o = blk.attention_core(q, k, v)
+        o = blk.lin(o, lins["self_attn.out_proj"], "attention/out")
+        x = ctx.add(x, o)
+        n2 = blk.layernorm(x, "norm")
+        f = blk.lin(n2, lins["fc1"], "mlp/up")
+        f = blk.act(f, "mlp/act")
+        f = blk.lin(f, lins["fc2"], "mlp/down")
+        return ctx.add(x, f)
+
+    # rotary / RMSNorm / gated-MLP families
+    gemma = t in ("gemma", "gemma2")
+    n1 = blk.rmsnorm(x, h, "norm", gemma=gemma)
+    if t == "phi3":
+        qkv = blk.lin(n1, lins["self_attn.qkv_proj"], "attention/qkv")
+        q = _T(T * a * d, qkv.bpe, qkv.rg, qkv.sid)
+        k = _T(T * kv * d, qkv.bpe, qkv.rg, qkv.sid)
+        v = _T(T * kv * d, qkv.bpe, qkv.rg, qkv.sid)
+    else:
+        q = blk.lin(n1, lins["self_attn.q_proj"], "attention/q")
+        k = blk.lin(n1, lins["self_attn.k_proj"], "attention/k")
+        v = blk.lin(n1, lins["self_attn.v_proj"], "attention/v")
+    if shape.qk_norm:
+        q = blk.rmsnorm(q, d, "attention/qk_norm")
+        k = blk.rmsnorm(k, d, "attention/qk_norm")
+    assert cos is not None and sin is not None
+    q = blk.rope(q, cos, sin, "attention")
+    k = blk.rope(k, cos, sin, "attention")
+    o = blk.attention_core(q, k, v)
+    o = blk.lin(o, lins["self_attn.o_proj"], "attention/out")
+    if shape.sandwich_norms:
+        o = blk.rmsnorm(o, h, "norm", gemma=gemma)
+    x = ctx.add(x, o)
+    n2 = blk.rmsnorm(x, h, "norm", gemma=gemma)
+    if shape.is_moe:
+        f = _moe(blk, n2, lins, lora)
+    elif t == "phi3":
+        gu = blk.lin(n2, lins["mlp.gate_up_proj"], "mlp/gate_up")
+        gate = _T(T * shape.intermediate, gu.bpe, gu.rg, gu.sid)
+        up = _T(T * shape.intermediate, gu.bpe, gu.rg, gu.sid)
+        g = blk.act(gate, "mlp/act")
+        f = ctx.mul(up, g, "mlp/mul")
+        f = blk.lin(f, lins["mlp.down_proj"], "mlp/down")
+    else:
+        g = blk.lin(n2, lins["mlp.gate_proj"], "mlp/gate")
+        g = blk.act(g, "mlp/act")
+        u = blk.lin(n2, lins["mlp.up_proj"], "mlp/up")
+        f = ctx.mul(g, u, "mlp/mul")
+        f = blk.lin(f, lins["mlp.down_proj"], "mlp/down")
+    if shape.sandwich_norms:
+        f = blk.rmsnorm(f, h, "norm", gemma=gemma)
+    return ctx.add(x, f)
+
+
+def _moe(blk: _Block, x: _T, lins: dict[str, Linear], lora: dict[str, Linear]) -> _T:
+    """Mixtral's sparse MoE block as transformers 5 runs it (router, then each expert on its tokens).
+
+    Rows routed to experts: T*k in all (k = experts per token); the saved tensors are per routed row.
+    """
+    ctx, s, _spec = blk.ctx, blk.s, blk.spec
+    T, h, i, k, _E = blk.T, s.hidden, s.intermediate, s.experts_per_token, s.n_experts
+    Tk = T * k
+    router = lins["mlp.gate"]
+    logits = blk.lin(x, router, "moe/router")
+    probs = ctx.unary_saving_output(ctx.cast(logits, FP32), "moe/router", bpe=FP32)
+    idx = ctx.new(T * k, INT64, False)
+    if probs.rg:
+        ctx.save(idx, "moe/router")
+        top = ctx.new(T * k, FP32, True)
+        ssum = ctx.new(T, FP32, True)
+        ctx.save(ssum, "moe/router")
+        ctx.save(top, "moe/router")
+    # dispatch bookkeeping (sorted token ids, expert offsets)
+    for _ in range(2):
+        ctx.save(ctx.new(Tk, INT64, False), "moe/dispatch")
+    gathered = ctx.new(Tk * h, x.bpe, x.rg)
+    gu = blk.lin(gathered, lins["mlp.experts.gate_up_proj"], "moe/gate_up", rows=Tk)
+    gate = _T(Tk * i, gu.bpe, gu.rg, gu.sid)
+    up = _T(Tk * i, gu.bpe, gu.rg, gu.sid)
+    g = blk.act(gate, "moe/act")
+    f = ctx.mul(g, up, "moe/mul")
+    f = blk.lin(f, lins["mlp.experts.down_proj"], "moe/down", rows=Tk)
+    w = ctx.new(Tk, FP32, True)
+    f = ctx.mul(f, w, "moe/weights", out_numel=Tk * h)
+    ctx.save(ctx.new(Tk, INT64, False), "moe/dispatch")
+    return ctx.new(T * h, x.bpe, f.rg)
+
+
+def _by_comp(saved: dict[int, tuple[int, str]], skip: set[int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for sid, (n, comp) in saved.items():
+        if sid in skip:
+            continue
+        out[comp] = out.get(comp, 0) + n
+    return out
+
+
+def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
+    """Saved-for-backward bytes of one forward of ``shape`` under ``spec``; see the module docstring."""
+    if shape.model_type == "gemma2" and spec.attention == "sdpa":
+        raise MemfitError("gemma2 has no sdpa path in transformers (its attention soft-capping needs the "
+                          "scores): pass --attention eager (or flash on CUDA)")
+    autocast = spec.is_mixed
+    c = spec.compute_bytes
+    ctx = _Ctx(spec=spec, shape=shape, autocast=autocast, c=c)
+    lora = _lora_map(shape, spec)
+    T, h, V = spec.batch * spec.seq, shape.hidden, shape.vocab
+    full = spec.method == "full"
+    embed_trained = full or "embed_tokens" in spec.modules_to_save
+    resid_b = FP32 if spec.method == "qlora" else spec.weight_bytes  # embedding output dtype
+
+    # embeddings: the ids are saved when the table is trained
+    ids = ctx.new(T, INT64, False)
+    if embed_trained:
+        ctx.save(ids, "embedding")
+    x = ctx.new(T * shape.embed_dim, resid_b, embed_trained)
+    if shape.position == "learned":
+        pos_ids = ctx.new(spec.seq, INT64, False)
+        if embed_trained:
+            ctx.save(pos_ids, "embedding")
+        x = ctx.add(x, ctx.new(spec.seq * h, resid_b, embed_trained))
+    if shape.model_type == "gemma" or shape.model_type == "gemma2":
+        # hidden_states * normalizer (a 0-dim tensor in the embedding dtype)
+        x = ctx.mul(x, ctx.new(1, resid_b, False), "embedding")
+    emb_saved = sum(n for n, _ in ctx.saved.values())
+    emb_sids = set(ctx.saved)
+
+    cos = sin = None
+    if shape.position == "rotary":
+        rot_d = int(shape.head_dim * shape.rotary_fraction)
+        cos = ctx.new(spec.seq * rot_d, resid_b, False)  # (1, s, d): position_ids has batch 1
+        sin = ctx.new(spec.seq * rot_d, resid_b, False)
+
+    before = set(ctx.saved)
+    x1 = _block_forward(shape, spec, ctx, x, cos, sin, lora)
+    first_sids = set(ctx.saved) - before
+    shared_sids = {sid for sid in first_sids if cos is not None and sid in (cos.sid, sin.sid if sin else -1)}
+    first_by = _by_comp({k: v for k, v in ctx.saved.items() if k in first_sids}, shared_sids)
+    first = sum(first_by.values())
+    shared = sum(ctx.saved[s][0] for s in shared_sids)
+
+    if shape.n_layers > 1:
+        before = set(ctx.saved)
+        x2 = _block_forward(shape, spec, ctx, x1, cos, sin, lora)
+        per_sids = set(ctx.saved) - before
+        per_by = _by_comp({k: v for k, v in ctx.saved.items() if k in per_sids}, shared_sids)
+        per = sum(per_by.values())
+        if cos is not None and not shared:
+            # a frozen first block may not save cos/sin; later blocks do
+            new_shared = {sid for sid in per_sids if sid in (cos.sid, sin.sid if sin else -1)}
+            shared_sids |= new_shared
+            shared = sum(ctx.saved[s][0] for s in new_shared)
+            per_by = _by_comp({k: v for k, v in ctx.saved.items() if k in per_sids}, shared_sids)
+            per = sum(per_by.values())
+        x_last = x2
+    else:
+        per, per_by, x_last = first, first_by, x1
+
+    # final norm and lm_head
+    before = set(ctx.saved)
+    blk = _Block(shape, spec, ctx, {})
+    if shape.final_norm:
+        if shape.norm == "rmsnorm":
+            xf = blk.rmsnorm(x_last, h, "head", gemma=shape.model_type in ("gemma", "gemma2"))
+        else:
+            xf = blk.layernorm(x_last, "head")
+    else:
+        xf = x_last
+    head_trained = full or "lm_head" in spec.modules_to_save
+    lm_w = _Param(V * shape.embed_dim, FP32 if spec.method == "qlora" else spec.weight_bytes, head_trained)
+    logits = ctx.linear(xf, T * V, lm_w, "head")
+    if shape.final_softcap:
+        logits = ctx.new(T * V, logits.bpe, logits.rg)  # / cap
+        logits = ctx.unary_saving_output(logits, "head")  # tanh
+        logits = ctx.new(T * V, logits.bpe, logits.rg)  # * cap
+    head_sids = set(ctx.saved) - before
+    head = sum(ctx.saved[s][0] for s in head_sids)
+
+    # loss: logits.float(); cross_entropy = log_softmax (saves output) + nll_loss (saves labels)
+    loss = T * V * FP32 + T * INT64 + FP32
+    logits_bytes = T * V * logits.bpe
+
+    layer_input = T * h * x1.bpe
+    n = shape.n_layers
+    seg = checkpoint_segment(spec, n)
+    checkpoints = 0
+    if seg:
+        checkpoints = 0 if spec.offload else -(-n // seg) * layer_input
+    return ActivationBytes(
+        first_layer=first, per_layer=per, by_component=per_by, first_by_component=first_by, shared=shared,
+        head=head, loss=loss, embedding=emb_saved if emb_sids else 0, checkpoints=checkpoints,
+        n_layers=n, segment=seg, layer_input=layer_input, logits_bytes=logits_bytes,
+        logits_fp32=T * V * FP32,
+    )
+
+
+def checkpoint_segment(spec: RunSpec, n_layers: int) -> int:
+    """Blocks per checkpointed segment: 0 without checkpointing, 1 for ``full`` (transformers checkpoints
+    every decoder layer), k for ``every-k``, ceil(sqrt(L)) for ``sqrt`` (Chen et al. 2016, section 4).
+
+    A segment keeps only its input (b*s*h) through the forward; the backward recomputes one segment at a
+    time, so the recompute holds ``segment`` blocks' activations at once.
+    """
+    if spec.checkpointing == "none":
+        return 0
+    if spec.checkpointing == "full":
+        return 1
+    if spec.checkpointing == "every-k":
+        return min(spec.checkpoint_every, n_layers)
+    k = 1
+    while k * k < n_layers:
+        k += 1
+    return k

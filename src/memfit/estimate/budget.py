@@ -1,0 +1,222 @@
+"""The memory budget of one training step: the peak of live tensor bytes, its phase, and what is alive then.
+
+The step is the HF Trainer's: ``loss = model(input_ids, labels=...).loss`` (the output and its logits are
+dropped before backward), ``loss.backward()``, ``optimizer.step()``, ``zero_grad(set_to_none=True)``.
+memfit predicts the steady state, from the second step on: the optimizer states (allocated lazily by the
+first ``step()``) are alive through the forward and backward, gradients are not (set to None).
+
+Candidates for the peak, with W weights, O optimizer states, A saved activations (see
+:mod:`memfit.estimate.activations`), G gradients and Vf = b*s*V*4 (fp32 logits):
+
+=====================  ===============================================================================
+moment                 alive
+=====================  ===============================================================================
+forward, loss          W + O + A(blocks, head) + logits (b*s*V, compute dtype) + logits.float() (Vf,
+                       when the compute dtype is not fp32) + log-softmax output (Vf)
+backward, loss         W + O + A + log-softmax output + its gradient + the logits' gradient (3 Vf):
+                       usually the peak of an adapter run with a real vocabulary
+backward, last block   W + O + A - loss + G(head, last block) + the block's backward temporaries
+backward, first block  W + O + A(first block) + G(all blocks, head) + temporaries
+optimizer              W + G + O + the optimizer's temporaries (see :func:`optimizer_temporaries`)
+=====================  ===============================================================================
+
+With checkpointing, A(blocks) is the kept segment inputs, and each backward moment adds the activations
+of the one segment being recomputed.
+
+``reserved_bytes`` (CUDA only) adds what ``torch.cuda.memory_reserved`` and ``nvidia-smi`` show on top:
+the caching allocator rounds each block to 512 B and carves 2 MiB / 20 MiB segments, which with
+fragmentation costs memfit's assumed 5% of the peak plus 256 MiB, and the CUDA context with cuBLAS /
+cuDNN workspaces, assumed 512 MiB (measured 300-600 MiB across recent drivers). Whether the run fits is
+judged on ``reserved_bytes`` against the GPU's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
+from memfit.estimate.gpus import GpuSpec, resolve_gpu
+from memfit.estimate.shape import ModelShape
+from memfit.estimate.spec import RunSpec
+from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
+
+BYTES_PER_MIB = 1024**2
+CUDA_CONTEXT_BYTES = 512 * BYTES_PER_MIB  # assumed: CUDA context + cuBLAS/cuDNN workspaces
+ALLOCATOR_OVERHEAD_FRACTION = 0.05  # assumed: caching-allocator rounding and fragmentation
+ALLOCATOR_OVERHEAD_BYTES = 256 * BYTES_PER_MIB
+INT64 = 8
+
+COMPONENT_KEYS = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "activations", "logits",
+                  "temporaries", "inputs")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Explanation:
+    """One line of ``--explain``: a component, its formula in symbols, the formula with numbers, bytes."""
+
+    component: str
+    formula: str
+    numbers: str
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryEstimate:
+    """The analytic memory budget of one training step (integer bytes throughout)."""
+
+    spec: RunSpec
+    model: str
+    peak_bytes: int
+    peak_phase: str  # "forward" | "backward" | "optimizer"
+    peak_moment: str  # e.g. "backward: loss (log-softmax gradient)"
+    components: dict[str, int]  # alive at the peak; sums to peak_bytes
+    model_states: ModelStates
+    activations: ActivationBytes
+    activation_bytes: int  # everything the forward saves for backward (weights excluded)
+    moments: dict[str, int]  # every candidate moment of the step and its live bytes
+    reserved_bytes: int  # CUDA: what the caching allocator reserves + context (see module docstring)
+    gpu: GpuSpec | None
+    rule_of_thumb_bytes: int
+    explanation: tuple[Explanation, ...] = field(default_factory=tuple)
+
+    @property
+    def gpu_bytes(self) -> int | None:
+        return self.gpu.bytes if self.gpu else None
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether ``reserved_bytes`` fits the GPU (None without --gpu)."""
+        if self.gpu is None:
+            return None
+        return self.reserved_bytes <= self.gpu.bytes
+
+    @property
+    def spare_bytes(self) -> int | None:
+        """GPU bytes left over (negative: short by that much); None without --gpu."""
+        return None if self.gpu is None else self.gpu.bytes - self.reserved_bytes
+
+    @property
+    def per_layer(self) -> dict[str, int]:
+        """Saved bytes of one typical block by component (``attention/kernel``, ``mlp/act`` ...)."""
+        return dict(self.activations.by_component)
+
+    def breakdown(self) -> dict[str, int]:
+        """Hierarchical keys: ``peak/<component>``, ``model_states/...``, ``activations/layer/...``."""
+        out = {f"peak/{k}": v for k, v in self.components.items()}
+        out["peak/total"] = self.peak_bytes
+        out.update(self.model_states.breakdown())
+        out.update(self.activations.breakdown())
+        out.update({f"moments/{k}": v for k, v in self.moments.items()})
+        out["reserved"] = self.reserved_bytes
+        return out
+
+    def explain(self) -> tuple[Explanation, ...]:
+        return self.explanation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "spec": self.spec.to_dict(),
+            "peak_bytes": self.peak_bytes,
+            "peak_phase": self.peak_phase,
+            "peak_moment": self.peak_moment,
+            "components": dict(self.components),
+            "model_states": self.model_states.to_dict(),
+            "activation_bytes": self.activation_bytes,
+            "activations_per_layer": self.per_layer,
+            "moments": dict(self.moments),
+            "reserved_bytes": self.reserved_bytes,
+            "gpu": self.gpu.to_dict() if self.gpu else None,
+            "gpu_bytes": self.gpu_bytes,
+            "fits": self.fits,
+            "spare_bytes": self.spare_bytes,
+            "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
+            "trainable_params": self.model_states.trainable_params,
+        }
+
+
+def _backward_temporaries(shape: ModelShape, spec: RunSpec) -> int:
+    """Gradient tensors alive inside one block's backward, beyond its saved activations.
+
+    The incoming gradient of the residual stream (b*s*h) plus, at the widest point, the MLP's gradients
+    at the intermediate width: d(down input) and d(gate), d(up) (3 x b*s*i in the compute dtype; 2 for a
+    plain MLP); for eager attention the gradient of the probabilities and of the scores (2 x b*a*s^2,
+    the first in fp32 when the softmax ran in fp32).
+    """
+    T, c = spec.batch * spec.seq, spec.compute_bytes
+    resid = T * shape.hidden * spec.weight_bytes
+    i = shape.intermediate * max(1, shape.experts_per_token)
+    mlp = (3 if shape.mlp == "gated" else 2) * T * i * c
+    attn = 0
+    if spec.attention == "eager":
+        sc = spec.batch * shape.n_heads * spec.seq * spec.seq
+        attn = sc * c + sc * 4
+    return resid + max(mlp, attn)
+
+
+def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
+    """Predict the peak memory of one training step of ``shape`` under ``spec``; see the module docstring."""
+    st = model_states(shape, spec)
+    act = estimate_activations(shape, spec)
+    gpu = resolve_gpu(spec.gpu) if spec.gpu else None
+    T = spec.batch * spec.seq
+    O = st.optimizer  # noqa: E741
+    inputs = 2 * T * INT64  # input_ids and labels
+    base = {"weights_frozen": st.weights_frozen, "weights_trainable": st.weights_trainable,
+            "optimizer": O, "inputs": inputs}
+    c = spec.compute_bytes
+    Vf = act.logits_fp32
+    blocks = act.layers
+    other_saved = act.shared + act.embedding
+    seg = act.segment
+    recompute = 0 if not seg else (act.first_layer + (seg - 1) * act.per_layer if seg <= act.n_layers
+                                   else act.first_layer + (act.n_layers - 1) * act.per_layer)
+    bwd_tmp = _backward_temporaries(shape, spec)
+    G = st.gradients
+    g_head = st.grads_head + st.grads_other
+    g_layers = st.grads_per_layer * shape.n_layers
+
+    moments: dict[str, dict[str, int]] = {}
+    acts_fwd = blocks + other_saved + act.head
+    # forward, at the loss: logits in the compute dtype + fp32 copy + log-softmax output
+    moments["forward: loss"] = {**base, "activations": acts_fwd,
+                                "logits": act.logits_bytes + (Vf if c != 4 else 0) + act.loss}
+    # backward at the loss: log-softmax output + its gradient + the gradient of the logits (fp32)
+    moments["backward: loss"] = {**base, "activations": acts_fwd, "logits": act.loss + 2 * Vf}
+    # backward through lm_head: grad of logits (compute dtype) + lm_head weight grad
+    moments["backward: lm_head"] = {**base, "activations": acts_fwd,
+                                    "logits": act.logits_bytes + (Vf if c != 4 else 0),
+                                    "gradients": st.grads_head}
+    # backward, last block (with its recompute when checkpointed)
+    moments["backward: last block"] = {**base, "activations": blocks + other_saved + recompute,
+                                       "gradients": g_head + st.grads_per_layer * min(max(seg, 1), shape.n_layers),
+                                       "temporaries": bwd_tmp}
+    # backward, first block: its activations (or its segment's recompute) + all block grads
+    first_alive = (act.first_layer if not seg else recompute + (act.checkpoints // max(1, -(-act.n_layers // seg))))
+    moments["backward: first block"] = {**base, "activations": first_alive + other_saved,
+                                        "gradients": g_head + g_layers, "temporaries": bwd_tmp}
+    # end of backward: embedding gradient (tied: the embedding backward's result is added in place)
+    tied_extra = st.grads_embed if (shape.tie_embeddings and spec.method == "full") else 0
+    moments["backward: embeddings"] = {**base, "gradients": G, "temporaries": tied_extra}
+    moments["optimizer: step"] = {**base, "gradients": G, "temporaries": optimizer_temporaries(st, spec)}
+
+    totals = {k: sum(v.values()) for k, v in moments.items()}
+    peak_key = max(totals, key=lambda k: totals[k])
+    comps = dict.fromkeys(COMPONENT_KEYS, 0)
+    comps.update(moments[peak_key])
+    peak = sum(comps.values())
+    reserved = peak
+    if spec.device == "cuda":
+        reserved = (peak + int(peak * ALLOCATOR_OVERHEAD_FRACTION) + ALLOCATOR_OVERHEAD_BYTES
+                    + CUDA_CONTEXT_BYTES)
+    rot = rule_of_thumb_activation_bytes(shape.n_layers, spec.batch, spec.seq, shape.hidden)
+    est = MemoryEstimate(
+        spec=spec, model=shape.name, peak_bytes=peak, peak_phase=peak_key.split(":")[0],
+        peak_moment=peak_key, components=comps, model_states=st, activations=act,
+        activation_bytes=act.total, moments=totals, reserved_bytes=reserved, gpu=gpu,
+        rule_of_thumb_bytes=rot, explanation=(),
+    )
+    from memfit.estimate.explain import explain_estimate
+
+    return replace(est, explanation=explain_estimate(shape, est))
