@@ -1,0 +1,185 @@
+"""The CUDA prediction from a CPU trace: what differs between the two devices, and the corrections.
+
+Fake tensors on a CPU-only torch must be CPU tensors (autograd's engine needs a device guard for the
+device it runs backward on, and a CPU-only build has none for CUDA), so the trace dispatches CPU
+kernels. Every operator with the same outputs on both devices (matmuls, norms, elementwise, the loss)
+is exact as traced. Three things are not, and are corrected here for ``--device cuda``:
+
+1. **Attention kernel.** ``scaled_dot_product_attention`` on CPU takes the CPU flash kernel
+   (saves its output and a float32 log-sum-exp, supports masks and GQA). On CUDA, PyTorch tries, in
+   order (``torch/csrc/.../sdp_utils.cpp``):
+
+   - flash (FlashAttention-2): fp16/bf16, no ``attn_mask``, head_dim a multiple of 8 and <= 256, GQA
+     supported. Saves ``q, k, v, out`` and ``lse (b, a, s)`` fp32, like the CPU flash kernel. Its
+     backward allocates, inside the kernel, ``softmax_d (b, a, s128)`` fp32 and ``dq_accum (b, s128, a,
+     d32)`` fp32 (s128 = s rounded up to 128, d32 = d rounded up to 32), and for GQA the per-query-head
+     ``dk, dv (b, s, a, d)`` before summing them to the kv heads.
+   - memory-efficient (xformers/cutlass): also fp32 and with a mask (the boolean mask converted to an
+     additive float mask first, and saved), no GQA. Saves ``q, k, v, out``, ``lse (b, a, s32)`` fp32.
+     Backward allocates ``delta (b, a, s)`` fp32.
+   - math: the composite ``softmax(q k^T) v``, which materialises the ``(b, a, s, s)`` scores and keeps
+     them for backward (what eager attention does).
+
+   :func:`cuda_attention` replaces ``torch.nn.functional.scaled_dot_product_attention`` during a CUDA
+   trace with a custom autograd function that allocates exactly those tensors (fake: no memory), or
+   runs the math composite. ``--attention flash`` (flash-attn's own package) saves the same tensors as
+   the flash kernel and is traced that way.
+2. **Optimizer kernels.** ``torch.optim.AdamW`` defaults to the for-each implementation when every
+   parameter is on CUDA, and to the per-parameter loop on CPU. For-each computes ``sqrt(v)`` for all
+   parameters of a group at once: one temporary as large as the second moments. A CUDA trace builds the
+   optimizer with ``foreach=True``.
+3. **Allocator rounding.** The CUDA caching allocator rounds every block to a multiple of 512 bytes
+   (``kMinBlockSize`` in ``c10/cuda/CUDACachingAllocator.cpp``) and ``max_memory_allocated`` counts
+   the rounded sizes; a CUDA trace counts each storage rounded up to 512 B.
+
+Not modelled: cuBLAS workspaces, fragmentation of large blocks and the CUDA context (those belong to
+``reserved_bytes``), and the differences between CPU and CUDA autocast op lists for ``mixed-*``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+CUDA_BLOCK_BYTES = 512  # c10/cuda/CUDACachingAllocator.cpp kMinBlockSize: every block is a multiple of it
+FLASH_MAX_HEAD_DIM = 256  # FlashAttention-2 supports head dims up to 256, multiples of 8
+
+
+def round_cuda(nbytes: int) -> int:
+    """Bytes the CUDA caching allocator books for a tensor of ``nbytes``.
+
+    >>> round_cuda(1), round_cuda(512), round_cuda(513), round_cuda(0)
+    (512, 512, 1024, 0)
+    """
+    return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+
+
+def cuda_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+                 enable_gqa: bool) -> str:
+    """The kernel CUDA's ``scaled_dot_product_attention`` picks: ``"flash"``, ``"efficient"`` or ``"math"``."""
+    d = q.shape[-1]
+    same_dtype = q.dtype == k.dtype == v.dtype
+    gqa = enable_gqa and q.shape[-3] != k.shape[-3]
+    if (same_dtype and q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None
+            and d % 8 == 0 and d <= FLASH_MAX_HEAD_DIM and v.shape[-1] == d):
+        return "flash"
+    align = 4 if q.dtype == torch.float32 else 8
+    if same_dtype and not gqa and d % align == 0 and v.shape[-1] % align == 0:
+        return "efficient"
+    return "math"
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+class _FlashAttention(torch.autograd.Function):
+    """Memory of CUDA's FlashAttention-2 through ``scaled_dot_product_attention`` (values are fake)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        b, a, s, _ = q.shape
+        dv = v.shape[-1]
+        out = q.new_empty((b, s, a, dv)).transpose(1, 2)  # the kernel writes (b, s, a, d)
+        lse = q.new_empty((b, a, s), dtype=torch.float32)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v, _out, _lse = ctx.saved_tensors
+        b, a, s, d = q.shape
+        kv_heads, sk = k.shape[1], k.shape[2]
+        s128 = _round_up(s, 128)
+        d32 = _round_up(d, 32) if d <= 192 else FLASH_MAX_HEAD_DIM
+        softmax_d = q.new_empty((b, a, s128), dtype=torch.float32)
+        dq_accum = q.new_empty((b, s128, a, d32), dtype=torch.float32)
+        dq = q.new_empty((b, s, a, d)).transpose(1, 2)
+        if kv_heads != a:
+            dk_exp = k.new_empty((b, sk, a, d))
+            dv_exp = v.new_empty((b, sk, a, v.shape[-1]))
+            dk = dk_exp.view(b, sk, kv_heads, a // kv_heads, d).sum(3).transpose(1, 2)
+            dvv = dv_exp.view(b, sk, kv_heads, a // kv_heads, v.shape[-1]).sum(3).transpose(1, 2)
+            del dk_exp, dv_exp
+        else:
+            dk = k.new_empty((b, sk, kv_heads, d)).transpose(1, 2)
+            dvv = v.new_empty((b, sk, kv_heads, v.shape[-1])).transpose(1, 2)
+        del softmax_d, dq_accum
+        return dq, dk, dvv
+
+
+class _EfficientAttention(torch.autograd.Function):
+    """Memory of CUDA's memory-efficient attention (cutlass) through ``scaled_dot_product_attention``."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+        b, a, s, _ = q.shape
+        out = q.new_empty((b, s, a, v.shape[-1])).transpose(1, 2)
+        lse = q.new_empty((b, a, _round_up(s, 32)), dtype=torch.float32)
+        if bias is not None:
+            ctx.save_for_backward(q, k, v, out, lse, bias)
+        else:
+            ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v = ctx.saved_tensors[:3]
+        b, a, s, _ = q.shape
+        delta = q.new_empty((b, a, s), dtype=torch.float32)
+        dq = torch.empty_like(q)
+        dk = torch.empty_like(k)
+        dvv = torch.empty_like(v)
+        del delta
+        return dq, dk, dvv, None
+
+
+def _additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``convert_boolean_attn_mask``: True -> 0, False -> -inf, in the query dtype (a new tensor)."""
+    if mask.dtype == torch.bool:
+        return torch.where(mask, torch.zeros((), dtype=dtype), torch.full((), -math.inf, dtype=dtype))
+    return mask
+
+
+def cuda_scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                      attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                                      is_causal: bool = False, scale: float | None = None,
+                                      enable_gqa: bool = False) -> torch.Tensor:
+    """Drop-in for ``F.scaled_dot_product_attention`` with the memory of the kernel CUDA would pick."""
+    backend = cuda_backend(query, key, value, attn_mask, enable_gqa)
+    if backend == "flash":
+        out: torch.Tensor = _FlashAttention.apply(query, key, value)
+        return out
+    if backend == "efficient":
+        bias = _additive_mask(attn_mask, query.dtype) if attn_mask is not None else None
+        out = _EfficientAttention.apply(query, key, value, bias)
+        return out
+    mask = _additive_mask(attn_mask, query.dtype) if attn_mask is not None else None
+    result = torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)
+    return result[0]  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def cuda_attention() -> Iterator[None]:
+    """Within the block, ``F.scaled_dot_product_attention`` has CUDA's memory behaviour (for fake tensors)."""
+    original = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = cuda_scaled_dot_product_attention
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+def use_foreach(optimizer: Any) -> None:
+    """Make a torch optimizer take its for-each path, as it does by default on CUDA."""
+    if "foreach" in getattr(optimizer, "defaults", {}):
+        optimizer.defaults["foreach"] = True
+        for group in optimizer.param_groups:
+            group["foreach"] = True

@@ -1,0 +1,100 @@
+"""TraceResult: what one traced training step holds, in the estimate's JSON shape plus per-module detail.
+
+Plain data (no torch), so reports and other engines read it without importing torch.
+
+``to_dict()`` has every key of ``MemoryEstimate.to_dict()`` (``spec``, ``peak_bytes``, ``peak_phase``,
+``components``, ``model_states``, ``reserved_bytes``, ``gpu_bytes``, ``fits``), so the three engines
+compare key by key, and adds ``engine: "trace"``, ``per_module`` (who holds the activations alive at
+the peak), ``per_layer_peak``, ``saved_for_backward`` (bytes autograd saved per block, unique storages)
+and ``timing``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.estimate.spec import RunSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModuleBytes:
+    """Bytes alive at the peak that the forward of ``module`` created, by category.
+
+    ``module`` is a path in the base model (``model.layers.3.mlp.act_fn``) or a phase label
+    (``"(backward)"``: gradients of activations made outside any module forward).
+    """
+
+    module: str
+    by_category: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.by_category.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "bytes": self.bytes, "by_category": dict(self.by_category)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TraceResult:
+    """One traced step. ``components`` are the bytes alive at the peak (they sum to ``peak_bytes``);
+    ``model_states`` are full sizes whatever the phase."""
+
+    spec: RunSpec
+    model: str
+    peak_bytes: int
+    peak_phase: str
+    components: dict[str, int]
+    model_states: dict[str, int]
+    phase_peaks: dict[str, int]
+    per_module: tuple[ModuleBytes, ...]
+    per_layer_peak: dict[int, int]
+    saved_by_module: dict[str, int]
+    saved_by_layer: dict[str, int]
+    build_seconds: float
+    step_seconds: float
+    gpu_bytes: int | None = None
+    reserved_bytes: int | None = None
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the peak fits the GPU of ``--gpu`` (None without one)."""
+        if self.gpu_bytes is None:
+            return None
+        return (self.reserved_bytes or self.peak_bytes) <= self.gpu_bytes
+
+    @property
+    def saved_total(self) -> int:
+        return sum(self.saved_by_module.values())
+
+    def breakdown(self) -> Iterator[tuple[str, int]]:
+        """Hierarchical keys: ``peak/<component>``, ``model_states/<state>``, ``saved/<layer>``, ``peak``."""
+        for k, v in self.components.items():
+            yield f"peak/{k}", v
+        for k, v in self.model_states.items():
+            yield f"model_states/{k}", v
+        for k, v in self.saved_by_layer.items():
+            yield f"saved/{k}", v
+        yield "peak", self.peak_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": "trace",
+            "model": self.model,
+            "spec": self.spec.to_dict(),
+            "peak_bytes": self.peak_bytes,
+            "peak_phase": self.peak_phase,
+            "components": dict(self.components),
+            "model_states": dict(self.model_states),
+            "reserved_bytes": self.reserved_bytes,
+            "gpu_bytes": self.gpu_bytes,
+            "fits": self.fits,
+            "phase_peaks": dict(self.phase_peaks),
+            "per_module": [m.to_dict() for m in self.per_module],
+            "per_layer_peak": {str(k): v for k, v in self.per_layer_peak.items()},
+            "saved_for_backward": {"total": self.saved_total, "by_layer": dict(self.saved_by_layer),
+                                   "by_module": dict(self.saved_by_module)},
+            "timing": {"build_seconds": round(self.build_seconds, 3), "step_seconds": round(self.step_seconds, 3)},
+        }
