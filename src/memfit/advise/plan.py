@@ -20,8 +20,8 @@ Beyond the lesson, placed by what they give up (all of them time or nothing, so 
 ``attention`` eager -> sdpa first (a memory-efficient kernel gives up nothing), and after step 2
 ``chunked_loss`` (fused linear cross-entropy: no full fp32 logits), ``packing`` (with data: the same real
 tokens in fewer rows) and ``sharding`` over ``--gpus N`` (ZeRO-1/2/3, the least that fits). A step that
-saves nothing is skipped and listed with the reason. If nothing fits, the report names the smallest GPU in
-the table on which the final plan (and the initial spec) would fit.
+saves less than 0.5% of the budget is skipped and listed with the reason. If nothing fits, the report
+names the smallest GPU in the table on which the final plan (and the initial spec) would fit.
 
 The cheapest configuration
 ==========================
@@ -52,6 +52,9 @@ LESSON_ORDER: tuple[str, ...] = ("checkpointing", "micro_batch", "seq_len", "qua
 ACTIONS: tuple[str, ...] = ("attention", "checkpointing", "micro_batch", "chunked_loss", "packing", "sharding",
                             "seq_len", "adapter", "quantize", "rank")
 MIN_RANK = 8  # the lesson's "64 -> 8"; the rank step never goes below it
+# a step must save at least this much to be taken (else it is listed as skipped): 0.5% of the budget, 1 MiB
+MIN_SAVING_SHARE = 0.005
+MIN_SAVING_BYTES = 1024**2
 DEFAULT_HEADROOM = 0.10  # share of the GPU kept free (allocator fragmentation, CUDA context, spikes)
 
 
@@ -106,7 +109,10 @@ class Headroom:
             if t.endswith("%"):
                 value = _float(t[:-1], text) / 100.0
             elif any(c.isalpha() for c in t):
-                return cls(fraction=None, bytes=parse_size(t))
+                try:
+                    return cls(fraction=None, bytes=parse_size(t))
+                except MemfitError:
+                    raise MemfitError(f"--headroom {text!r}: write a share (0.1 or 10%) or a size (2GiB)") from None
             else:
                 value = _float(t, text)
         if not 0.0 <= value < 1.0:
@@ -182,9 +188,12 @@ class RankLesson:
     activation_bytes: int
     trainable_from: int
     trainable_to: int
+    peak_after_bytes: int  # the user's spec with only the rank lowered
+    fits_after: bool
 
     def to_dict(self) -> dict[str, Any]:
         return {"from_rank": self.from_rank, "to_rank": self.to_rank, "saved_bytes": self.saved_bytes,
+                "peak_after_bytes": self.peak_after_bytes, "fits_after": self.fits_after,
                 "activation_bytes": self.activation_bytes, "trainable_params_from": self.trainable_from,
                 "trainable_params_to": self.trainable_to}
 
@@ -341,6 +350,7 @@ class _Path:
         self.peak = ev.peak(initial)
         self.steps: list[FitStep] = []
         self.skipped: list[Skipped] = []
+        self.min_saving = max(MIN_SAVING_BYTES, int(budget * MIN_SAVING_SHARE))
 
     @property
     def fits(self) -> bool:
@@ -363,8 +373,9 @@ class _Path:
             return
         peak = self.ev.peak(setup)
         saved = self.peak - peak
-        if saved <= 0:
-            self.skipped.append(Skipped(action=action, reason=f"saves nothing here ({saved:,} B)"))
+        if saved < self.min_saving:
+            what = "nothing" if saved <= 0 else f"only {saved / 1024**2:,.1f} MiB"
+            self.skipped.append(Skipped(action=action, reason=f"saves {what} here"))
             return
         text = cost(setup) if callable(cost) else cost
         self.steps.append(FitStep(action=action, setup=setup, peak_bytes=peak, saved_bytes=saved, cost=text,
@@ -565,7 +576,7 @@ def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterat
     seqs = sorted({L for L in seqs if L <= s0.seq}, reverse=True)
     methods = [s0.method] + {"full": ["lora", "qlora"], "lora": ["qlora"], "qlora": []}[s0.method]
     ranks = [s0.rank]
-    if s0.is_adapter or s0.method == "full":
+    if s0.is_adapter:  # a full fine-tune switched to LoRA keeps the spec's rank
         r = s0.rank // 2
         while r >= MIN_RANK:
             ranks.append(r)
@@ -580,8 +591,6 @@ def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterat
         batches = [b for b in divisors(rows) if b <= s0.batch]
         for (ck, every), b, seq, method, rank, attn, loss, shard in product(
                 ckpts, batches, seqs, methods, ranks, attentions, losses, shardings):
-            if method == "full" and rank != s0.rank:
-                continue
             try:
                 spec = s0.with_(checkpointing=ck, checkpoint_every=every, batch=b, grad_accum=rows // b, seq=seq,
                                 method=method, rank=rank, attention=attn, loss=loss)
@@ -655,8 +664,9 @@ def smallest_gpu(peak_bytes: int, headroom: Headroom) -> GpuSpec | None:
     return None
 
 
-def rank_lesson(ev: Evaluator, spec: RunSpec) -> RankLesson | None:
-    """Lowering the rank to 8 on the user's spec: bytes saved beside the activation bytes."""
+def rank_lesson(ev: Evaluator, spec: RunSpec, budget: int) -> RankLesson | None:
+    """Lowering only the rank, to 8, on the user's spec: bytes saved beside the activation bytes, and
+    whether that alone would fit."""
     if not spec.is_adapter or spec.rank <= MIN_RANK:
         return None
     from memfit.estimate.lora import lora_trainable_params
@@ -667,7 +677,8 @@ def rank_lesson(ev: Evaluator, spec: RunSpec) -> RankLesson | None:
                       saved_bytes=int(est_hi.peak_bytes) - int(est_lo.peak_bytes),
                       activation_bytes=_activation_bytes(est_hi),
                       trainable_from=int(lora_trainable_params(ev.shape, spec)),
-                      trainable_to=int(lora_trainable_params(ev.shape, low)))
+                      trainable_to=int(lora_trainable_params(ev.shape, low)),
+                      peak_after_bytes=ev.peak(Setup(spec=low)), fits_after=ev.peak(Setup(spec=low)) <= budget)
 
 
 def _activation_bytes(est: Any) -> int:
@@ -720,7 +731,7 @@ def fit(shape: ModelShape, spec: RunSpec, *, gpu: str | GpuSpec | None = None, g
         final_peak_bytes=final_peak,
         final_cost=setup_cost(initial, final, time_model=time_model, data=data),
         cheapest=cheapest,
-        rank_lesson=rank_lesson(ev, spec),
+        rank_lesson=rank_lesson(ev, spec, budget),
         smallest_gpu_initial=None if initial_peak <= budget else smallest_gpu(initial_peak, headroom),
         smallest_gpu_final=None if final_peak <= budget else smallest_gpu(final_peak, headroom),
         time_model=time_model,

@@ -24,10 +24,10 @@ Worked: a full fine-tune of Llama-3.1-8B (8.03e9 params) in bf16 with torch's Ad
 2 B weights + 2 B gradients + 4 B moments = 8 B/param = 64 GB of states. On N = 8 GPUs under zero3 each
 GPU holds 64 / 8 = 8 GB of them, plus 2 blocks x 218M params x 2 B = 0.87 GB gathered, plus activations.
 
-The estimate's ``components`` are the bytes alive at the peak; gradients and optimizer states are sharded
-in every phase, so the sharded peak is computed from each phase the estimate describes (the maximum over
-phases), or from the peak's components when the estimate gives only those. Communication buckets
-(DeepSpeed's ``reduce_bucket_size``, FSDP's flat-parameter padding) are not modelled.
+Sharding can move the peak to another moment of the step (sharding the optimizer shrinks the optimizer
+step, not the forward), so the per-GPU peak is the maximum over every moment the estimate lists (see
+:func:`moment_parts`). Communication buckets (DeepSpeed's ``reduce_bucket_size``, FSDP's flat-parameter
+padding) are not modelled.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def shard_components(components: Mapping[str, int], sharding: str, gpus: int) ->
     """(bytes per GPU, bytes sharded away) for one set of live components.
 
     >>> shard_components({"weights_frozen": 100, "gradients": 40, "optimizer": 80, "activations": 50}, "zero2", 4)
-    (240, 90)
+    (180, 90)
     """
     if sharding not in SHARDED_COMPONENTS:
         raise MemfitError(f"--sharding must be one of {', '.join(SHARDINGS)}; got {sharding!r}")
@@ -96,35 +96,46 @@ def shard_components(components: Mapping[str, int], sharding: str, gpus: int) ->
 
 
 def shard_peak(estimate: Any, shape: ModelShape, spec: RunSpec, sharding: str, gpus: int) -> ShardedPeak:
-    """The per-GPU peak of ``estimate`` (a MemoryEstimate) under ``sharding`` over ``gpus`` GPUs."""
+    """The per-GPU peak of ``estimate`` (a MemoryEstimate) under ``sharding`` over ``gpus`` GPUs: the
+    maximum over the step's moments of the sharded live bytes, plus zero3's gathered blocks."""
     if gpus < 1:
         raise MemfitError(f"--gpus must be a positive integer, got {gpus}")
     peak = int(estimate.peak_bytes)
     if sharding == "none" or gpus == 1:
         return ShardedPeak(sharding=sharding, gpus=gpus, peak_bytes=peak, unsharded_peak_bytes=peak,
                            sharded_away_bytes=0, gather_bytes=0)
-    phases = _phase_components(estimate)
     best, best_away = -1, 0
-    for comps in phases:
-        per_gpu, away = shard_components(comps, sharding, gpus)
-        if per_gpu > best:
-            best, best_away = per_gpu, away
+    for total, known in moment_parts(estimate):
+        _, away = shard_components(known, sharding, gpus)
+        if total - away > best:
+            best, best_away = total - away, away
     gather = GATHERED_BLOCKS * block_weight_bytes(shape, spec) if sharding == "zero3" else 0
     return ShardedPeak(sharding=sharding, gpus=gpus, peak_bytes=best + gather, unsharded_peak_bytes=peak,
                        sharded_away_bytes=best_away, gather_bytes=gather)
 
 
-def _phase_components(estimate: Any) -> list[Mapping[str, int]]:
-    """The live components of every phase the estimate describes, else just those at its peak."""
-    phases = getattr(estimate, "phases", None)
-    out: list[Mapping[str, int]] = []
-    if isinstance(phases, Mapping):
-        for value in phases.values():
-            comps = getattr(value, "components", value)
-            if isinstance(comps, Mapping) and comps:
-                out.append(comps)
-    if not out:
-        out.append(estimate.components)
+def moment_parts(estimate: Any) -> list[tuple[int, Mapping[str, int]]]:
+    """(live bytes, the model-state bytes known to be alive) for every moment of the step.
+
+    The peak moment's components are exact. For the other moments the estimate gives totals
+    (``moments``); weights and optimizer states are alive in every moment at their full size
+    (``model_states``), and all the gradients at the end of the backward and in the optimizer step. Inside
+    the backward only some gradients exist; none of them are counted as shardable there, which can only
+    over-state the per-GPU bytes (conservative).
+    """
+    out: list[tuple[int, Mapping[str, int]]] = [(int(estimate.peak_bytes), dict(estimate.components))]
+    moments = getattr(estimate, "moments", None)
+    states = getattr(estimate, "model_states", None)
+    if not isinstance(moments, Mapping) or states is None:
+        return out
+    peak_moment = getattr(estimate, "peak_moment", None)
+    for name, total in moments.items():
+        if name == peak_moment or not isinstance(total, int):
+            continue
+        all_grads = name.startswith("optimizer") or name.endswith("embeddings")
+        known = {"weights_frozen": int(states.weights_frozen), "weights_trainable": int(states.weights_trainable),
+                 "optimizer": int(states.optimizer), "gradients": int(states.gradients) if all_grads else 0}
+        out.append((total, known))
     return out
 
 

@@ -25,13 +25,20 @@ def _gib(n: int | None) -> str:
 def describe_changes(before: Setup, after: Setup) -> str:
     """``"batch 8->2, grad_accum 1->4"``: the knobs that differ."""
     parts = []
-    for key, (old, new) in setup_changes(before, after).items():
-        if key == "checkpoint_every" and after.spec.checkpointing != "every-k":
-            continue
+    changes = setup_changes(before, after)
+    if "checkpointing" in changes or "checkpoint_every" in changes:
+        changes.pop("checkpoint_every", None)
+        changes["checkpointing"] = [_ckpt(before), _ckpt(after)]
+    for key, (old, new) in changes.items():
         old_s = ",".join(old) if isinstance(old, list) else old
         new_s = ",".join(new) if isinstance(new, list) else new
         parts.append(f"{key} {old_s}->{new_s}")
     return ", ".join(parts) or "(no change)"
+
+
+def _ckpt(setup: Setup) -> str:
+    s = setup.spec
+    return f"every-{s.checkpoint_every}" if s.checkpointing == "every-k" else s.checkpointing
 
 
 def fit_table(report: FitReport) -> Group:
@@ -42,9 +49,10 @@ def fit_table(report: FitReport) -> Group:
     title = (f"memfit fit: {report.model} on {gpu.name} ({_gib(gpu.bytes)} GiB{per}"
              f"{f' x {report.gpus}' if report.gpus > 1 else ''}); budget {_gib(report.budget_bytes)} GiB "
              f"= GPU less {report.headroom.describe()} headroom")
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title, title_justify="left", caption=f"start: {_spec_summary(report.initial)}",
+              caption_justify="left")
     t.add_column("#", justify="right")
-    t.add_column("step")
+    t.add_column("step", no_wrap=True)
     t.add_column("change")
     t.add_column("peak GiB", justify="right")
     t.add_column("saved GiB", justify="right")
@@ -52,7 +60,7 @@ def fit_table(report: FitReport) -> Group:
     t.add_column("cost", overflow="fold", max_width=70)
     ok = "[green]yes[/]"
     no = "[red]no[/]"
-    t.add_row("0", "start", _spec_summary(report.initial), _gib(report.initial_peak_bytes), "",
+    t.add_row("0", "start", "(as given)", _gib(report.initial_peak_bytes), "",
               ok if report.fits_initially else no, "")
     previous = report.initial
     for i, step in enumerate(report.steps, 1):
@@ -64,10 +72,12 @@ def fit_table(report: FitReport) -> Group:
     if report.rank_lesson is not None:
         r = report.rank_lesson
         lines.append(Text(
-            f"Why rank comes last: rank {r.from_rank} -> {r.to_rank} on the user's spec saves "
-            f"{r.saved_bytes / BYTES_PER_MB:,.0f} MB (10^6 B; {r.trainable_from:,} -> {r.trainable_to:,} adapter "
-            f"parameters) against {r.activation_bytes / BYTES_PER_GIB:.2f} GiB of activations.", style="dim"))
-    if report.fallback_seq_rule:
+            f"Why rank comes last: rank {r.from_rank} -> {r.to_rank} alone saves "
+            f"{r.saved_bytes / BYTES_PER_MB:,.0f} MB "
+            f"(10^6 B; {r.trainable_from:,} -> {r.trainable_to:,} adapter parameters) against "
+            f"{r.activation_bytes / BYTES_PER_GIB:.2f} GiB of activations: peak {_gib(r.peak_after_bytes)} GiB, "
+            f"{'fits' if r.fits_after else 'still does not fit'}.", style="dim"))
+    if report.fallback_seq_rule and any(s.action == "seq_len" for s in report.steps):
         lines.append(Text(f"Sequence length: {report.fallback_seq_rule}.", style="dim"))
     if report.skipped:
         lines.append(Text("Skipped: " + "; ".join(f"{s.action} ({s.reason})" for s in report.skipped), style="dim"))

@@ -1,0 +1,75 @@
+"""How long `memfit fit` takes: the ordered path plus the exhaustive search, on a few real scenarios.
+
+Writes the `## fit` section of bench/RESULTS.md. Run: `.venv/bin/python bench/bench_fit.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from memfit.advise import fit  # noqa: E402
+from memfit.estimate import RunSpec, resolve_model  # noqa: E402
+from memfit.units import BYTES_PER_GIB  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+SCENARIOS = [
+    ("Llama-3.1-8B LoRA r64 all-linear, b8 s2048, 24GiB", "llama-3.1-8b",
+     RunSpec(method="lora", rank=64, targets=("all-linear",), batch=8, seq=2048), "24GiB", 1),
+    ("Llama-2-7B LoRA r64 q,v, b8 s2048, 24GiB", "llama-2-7b",
+     RunSpec(method="lora", rank=64, batch=8, seq=2048), "24GiB", 1),
+    ("Qwen2.5-7B full bf16 AdamW, b4 s4096, 8 x A100-80GB", "qwen2.5-7b",
+     RunSpec(method="full", batch=4, seq=4096, grad_accum=4), "A100-80GB", 8),
+    ("Llama-3.1-70B LoRA r16, b4 s4096, T4 (nothing fits)", "llama-3.1-70b",
+     RunSpec(method="lora", rank=16, batch=4, seq=4096), "T4", 1),
+]
+
+
+def run() -> list[str]:
+    rows = ["| scenario | fits initially | ordered steps | fits | cheapest changes | candidates | estimates | "
+            "time (s, median of 3) |", "|---|---|---|---|---|---|---|---|"]
+    for label, model, spec, gpu, gpus in SCENARIOS:
+        shape = resolve_model(model)
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            report = fit(shape, spec, gpu=gpu, gpus=gpus)
+            times.append(time.perf_counter() - t)
+        steps = " -> ".join(s.action for s in report.steps) or "-"
+        changes = ", ".join(f"{k} {v[0]}->{v[1]}" for k, v in report.cheapest.changes.items()
+                            if k != "checkpoint_every") or ("-" if report.cheapest.setup else "nothing fits")
+        final = f"{report.final_peak_bytes / BYTES_PER_GIB:.1f} GiB"
+        c = report.cheapest
+        rows.append(f"| {label} | {report.fits_initially} | {steps} | {report.fits} ({final}) | {changes} | "
+                    f"{c.candidates:,} | {c.evaluated:,} | {statistics.median(times):.2f} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def write_section(rows: list[str]) -> None:
+    body = "\n".join([
+        "## fit",
+        "",
+        "`memfit fit`: the lesson's ordered path and the exhaustive cheapest search together, on 2 shared CPU cores",
+        "(`.venv/bin/python bench/bench_fit.py`). Candidates are costed without estimating, sorted, and estimated",
+        "in cost order until the first fits, so `estimates` counts distinct RunSpecs actually estimated.",
+        "",
+        *rows,
+        "",
+    ])
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
+    pattern = re.compile(r"^## fit\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(body + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + body
+    RESULTS.write_text(text)
+
+
+if __name__ == "__main__":
+    write_section(run())
+    sys.exit(0)
