@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+PaddingAt = Callable[[int, int], tuple[float, float]]  # (batch, seq) -> (waste_random, waste_packed)
 
 SEQ_MULTIPLE = 64  # sequence lengths are proposed in multiples of 64 tokens (as memfit lengths does)
 
@@ -32,6 +35,23 @@ class DataProfile:
     waste_random: float
     waste_packed: float
     peak_len: int
+    padding_at: PaddingAt | None = field(default=None, repr=False, compare=False)
+    _cache: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict, repr=False, compare=False)
+
+    def wastes(self, batch: int, seq: int) -> tuple[float, float]:
+        """(random, packed) padding waste at micro-batch ``batch`` and rows of ``seq`` tokens: the lengths
+        report's figures at its own (batch, seq), else ``padding_at`` (memfit.data.padding), else those."""
+        if (batch, seq) == (self.batch, self.seq_len) or self.padding_at is None:
+            return self.waste_random, self.waste_packed
+        key = (batch, seq)
+        if key not in self._cache:
+            self._cache[key] = self.padding_at(batch, seq)
+        return self._cache[key]
+
+    def packing_ratio_at(self, batch: int, seq: int) -> float:
+        """Packed rows of ``seq`` tokens per randomly padded row, carrying the same real tokens."""
+        random, packed = self.wastes(batch, seq)
+        return (1.0 - random) / (1.0 - packed) if packed < 1 else 1.0
 
     @property
     def count(self) -> int:
@@ -80,8 +100,9 @@ class DataProfile:
         }
 
     @classmethod
-    def from_length_report(cls, report: Any) -> DataProfile:
-        """From ``memfit.data.lengths.LengthReport`` (duck-typed: lengths, p95, recommended_seq_len, padding)."""
+    def from_length_report(cls, report: Any, padding_at: PaddingAt | None = None) -> DataProfile:
+        """From ``memfit.data.lengths.LengthReport`` (duck-typed: lengths, p95, recommended_seq_len, padding);
+        ``padding_at`` recomputes the padding waste at another micro-batch or sequence length."""
         return cls(
             source=str(report.source),
             lengths=tuple(sorted(int(n) for n in report.lengths)),
@@ -92,6 +113,7 @@ class DataProfile:
             waste_random=float(report.padding.random.waste),
             waste_packed=float(report.padding.packed.waste),
             peak_len=int(report.padding.random.peak_len),
+            padding_at=padding_at,
         )
 
 

@@ -16,12 +16,15 @@ user's spec until the estimate fits the GPU with ``headroom`` to spare:
    ``adapter``, which changes what is learned.)
 5. ``rank``: the largest power-of-two rank down to 8 that fits: capacity, and it saves the least.
 
-Beyond the lesson, placed by what they give up (all of them time or nothing, so before step 3):
-``attention`` eager -> sdpa first (a memory-efficient kernel gives up nothing), and after step 2
-``chunked_loss`` (fused linear cross-entropy: no full fp32 logits), ``packing`` (with data: the same real
-tokens in fewer rows) and ``sharding`` over ``--gpus N`` (ZeRO-1/2/3, the least that fits). A step that
-saves less than 0.5% of the budget is skipped and listed with the reason. If nothing fits, the report
-names the smallest GPU in the table on which the final plan (and the initial spec) would fit.
+Beyond the lesson, placed by what they give up (time or nothing, so all before step 3): with data,
+``longest_example`` first (a sequence no longer than the longest example, rounded up to 64, truncates
+nothing: batches are never padded beyond it); ``attention`` eager -> sdpa (a memory-efficient kernel
+gives up nothing); ``packing`` after checkpointing (with data: the real tokens of b randomly padded rows
+fit in ceil(b * (1 - waste_random) / (1 - waste_packed)) packed rows, which saves time as well); after
+step 2 ``chunked_loss`` (fused linear cross-entropy: no full fp32 logits) and ``sharding`` over
+``--gpus N`` (ZeRO-1/2/3, the least that fits). A step that saves less than 0.5% of the budget is
+skipped and listed with the reason. If nothing fits, the report names the smallest GPU in the table on
+which the final plan (and the initial spec) would fit.
 
 The cheapest configuration
 ==========================
@@ -29,7 +32,7 @@ Every combination of the knobs above (checkpointing none/every-2/every-4/sqrt/fu
 dividing the effective batch, packing, sequence lengths, method, ranks, attention kernels, loss, sharding)
 is ranked by :class:`memfit.advise.costs.Cost` (what it gives up in the lesson's order of reluctance, then
 the step-time factor) and estimated in that order; the first that fits is the cheapest (ties in cost go to
-the smallest peak). Thousands of candidates; typically a few hundred estimates.
+the fewest changed knobs, then the smallest peak). Thousands of candidates; typically a few hundred estimates.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu
 from memfit.units import parse_size
 
 LESSON_ORDER: tuple[str, ...] = ("checkpointing", "micro_batch", "seq_len", "quantize", "rank")
-ACTIONS: tuple[str, ...] = ("attention", "checkpointing", "micro_batch", "chunked_loss", "packing", "sharding",
-                            "seq_len", "adapter", "quantize", "rank")
+ACTIONS: tuple[str, ...] = ("longest_example", "attention", "checkpointing", "packing", "micro_batch",
+                            "chunked_loss", "sharding", "seq_len", "adapter", "quantize", "rank")
 MIN_RANK = 8  # the lesson's "64 -> 8"; the rank step never goes below it
 # a step must save at least this much to be taken (else it is listed as skipped): 0.5% of the budget, 1 MiB
 MIN_SAVING_SHARE = 0.005
@@ -331,9 +334,10 @@ def round_up(n: int, multiple: int = SEQ_MULTIPLE) -> int:
     return multiple * max(1, math.ceil(n / multiple))
 
 
-def packed_rows(rows: int, data: DataProfile) -> int:
-    """Packed rows per optimizer step carrying the real tokens of ``rows`` randomly batched rows."""
-    return max(1, math.ceil(rows * data.packing_ratio))
+def packed_rows(rows: int, data: DataProfile, batch: int, seq: int) -> int:
+    """Packed rows of ``seq`` tokens per optimizer step carrying the real tokens of ``rows`` randomly
+    batched rows (micro-batch ``batch``)."""
+    return max(1, math.ceil(rows * data.packing_ratio_at(batch, seq)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -387,11 +391,12 @@ def ordered_path(path: _Path, *, allow_sharding: bool) -> None:
     """Run the ordered remedies (module docstring) on ``path`` until it fits."""
     tm, data = path.tm, path.data
     moves: list[Callable[[], None]] = [
+        lambda: _longest_example(path, data),
         lambda: _attention(path),
         lambda: _checkpointing(path, tm),
+        lambda: _packing(path, data),
         lambda: _micro_batch(path, tm),
         lambda: _chunked_loss(path),
-        lambda: _packing(path, data),
         lambda: _sharding(path, tm, allow_sharding),
         lambda: _seq_len(path, data),
         lambda: _adapter(path),
@@ -402,6 +407,20 @@ def ordered_path(path: _Path, *, allow_sharding: bool) -> None:
         if path.fits:
             return
         move()
+
+
+def _longest_example(p: _Path, data: DataProfile | None) -> None:
+    s = p.current.spec
+    if data is None:
+        p.take("longest_example", None, "", why_not="needs --data and --tokenizer")
+        return
+    L = data.no_cut_seq_len()
+    if L >= s.seq:
+        p.take("longest_example", None, "", why_not=f"the longest example ({data.max_len} tokens) reaches seq {s.seq}")
+        return
+    p.take("longest_example", p.current.with_(seq=L),
+           f"nothing: the longest of {data.count:,} examples has {data.max_len} tokens, so no batch is padded "
+           f"beyond {L} (a multiple of 64); no example is truncated", gives_up="nothing")
 
 
 def _attention(p: _Path) -> None:
@@ -459,12 +478,13 @@ def _packing(p: _Path, data: DataProfile | None) -> None:
         p.take("packing", None, "", why_not="already packed")
         return
     s = p.current.spec
-    ratio = data.packing_ratio
-    rows = packed_rows(s.batch * s.grad_accum, data)
+    ratio = data.packing_ratio_at(s.batch, s.seq)
+    waste_random, waste_packed = data.wastes(s.batch, s.seq)
+    rows = max(1, math.ceil(s.batch * s.grad_accum * ratio))
     batch = max(1, min(s.batch, math.ceil(s.batch * ratio)))
     accum = math.ceil(rows / batch)
     p.take("packing", p.current.with_(packing=True, batch=batch, grad_accum=accum),
-           f"time saved: x{ratio:.2f} (padding {100 * data.waste_random:.0f}% -> {100 * data.waste_packed:.0f}%, "
+           f"time saved: x{ratio:.2f} (padding {100 * waste_random:.0f}% -> {100 * waste_packed:.0f}%, "
            f"{batch} packed rows carry the real tokens of {s.batch}); keep examples apart (position_ids reset) "
            "and the -100 labels: check with memfit verify-pack", time_factor=ratio, gives_up="nothing")
 
@@ -586,11 +606,12 @@ def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterat
     shardings = list(SHARDINGS) if gpus > 1 else [initial.sharding]
     packings = [False, True] if data is not None else [initial.packing]
     rows0 = s0.batch * s0.grad_accum
-    for packing in packings:
-        rows = packed_rows(rows0, data) if packing and data is not None and not initial.packing else rows0
+    for packing, seq in product(packings, seqs):
+        repack = packing and data is not None and not initial.packing
+        rows = packed_rows(rows0, data, s0.batch, seq) if repack and data is not None else rows0
         batches = [b for b in divisors(rows) if b <= s0.batch]
-        for (ck, every), b, seq, method, rank, attn, loss, shard in product(
-                ckpts, batches, seqs, methods, ranks, attentions, losses, shardings):
+        for (ck, every), b, method, rank, attn, loss, shard in product(
+                ckpts, batches, methods, ranks, attentions, losses, shardings):
             try:
                 spec = s0.with_(checkpointing=ck, checkpoint_every=every, batch=b, grad_accum=rows // b, seq=seq,
                                 method=method, rank=rank, attention=attn, loss=loss)
@@ -623,7 +644,7 @@ def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: Time
     n = len(costed)
     if all(ev.peak(m) > budget for m in minimal_setups(initial, data=data, gpus=ev.gpus)):
         return Cheapest(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=ev.estimates)
-    best: tuple[int, Setup, Cost] | None = None
+    best: tuple[tuple[int, int], int, Setup, Cost] | None = None
     best_key = None
     for i, (cost, setup) in enumerate(costed):
         if best_key is not None and cost.key() != best_key:
@@ -631,14 +652,15 @@ def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: Time
         peak = ev.peak(setup)
         if progress is not None and i % 64 == 0:
             progress(i, n)
-        if peak <= budget and (best is None or peak < best[0]):
-            best = (peak, setup, cost)
+        tie = (len(setup_changes(initial, setup)), peak)  # equal cost: fewer changes, then the smaller peak
+        if peak <= budget and (best is None or tie < best[0]):
+            best = (tie, peak, setup, cost)
             best_key = cost.key()
     if progress is not None:
         progress(n, n)
     if best is None:
         return Cheapest(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=ev.estimates)
-    peak, setup, cost = best
+    _, peak, setup, cost = best
     return Cheapest(setup=setup, peak_bytes=peak, cost=cost, candidates=n, evaluated=ev.estimates,
                     changes=setup_changes(initial, setup))
 

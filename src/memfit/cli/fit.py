@@ -58,7 +58,15 @@ def fit_command(
 
         report = analyse_lengths(data, tokenizer, text=text, prompt=prompt, completion=completion,
                                  messages=messages, seq_len=spec.seq, batch=spec.batch, progress=not json_out)
-        profile = DataProfile.from_length_report(report)
+        from memfit.data.padding import padding_report
+
+        lengths = report.lengths
+
+        def padding_at(batch: int, seq: int) -> tuple[float, float]:
+            pad = padding_report(lengths, batch=batch, seq_len=seq)
+            return pad.random.waste, pad.packed.waste
+
+        profile = DataProfile.from_length_report(report, padding_at=padding_at)
     if json_out:
         result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search)
         print_json(fit_json(result))

@@ -1,0 +1,59 @@
+"""`memfit fit`: exit codes and the key figures of --json, the table for people, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memfit.cli import main
+from memfit.estimate import RunSpec, estimate_memory, resolve_model
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+GIB = 1024**3
+
+
+def test_fit_json_lesson_scenario(capsys) -> None:
+    code = main(["fit", "llama-2-7b", "--gpu", "24GiB", "--rank", "64", "--batch", "4", "--seq", "2048", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits_initially"] is False and d["fits"] is True
+    assert [s["action"] for s in d["steps"]] == ["checkpointing"]
+    final = RunSpec.from_dict(d["final"]["spec"])
+    peak = estimate_memory(resolve_model("llama-2-7b"), final).peak_bytes
+    assert d["final"]["peak_bytes"] == peak <= int(24 * GIB * 0.9)
+    assert d["cheapest"]["fits"] is True and d["cheapest"]["peak_bytes"] <= int(24 * GIB * 0.9)
+    assert d["rank_lesson"]["from_rank"] == 64 and d["rank_lesson"]["fits_after"] is False
+
+
+def test_fit_table_for_people(capsys) -> None:
+    assert main(["fit", "llama-2-7b", "--gpu", "24GiB", "--rank", "64", "--batch", "4", "--no-search"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpointing" in out and "GiB" in out and "Why rank comes last" in out
+
+
+def test_fit_with_data_uses_the_lengths(capsys) -> None:
+    data = SHARED / "data" / "gsm8k" / "test.jsonl"
+    tok = SHARED / "tokenizers" / "gpt-neox-20b" / "tokenizer.json"
+    code = main(["fit", "llama-3.1-8b", "--gpu", "16GiB", "--rank", "64", "--batch", "16", "--seq", "2048",
+                 "--data", str(data), "--tokenizer", str(tok), "--prompt", "question", "--completion", "answer",
+                 "--no-search", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    n_lines = sum(1 for line in data.read_text().splitlines() if line.strip())
+    assert d["data"]["count"] == n_lines == 1319
+    first = d["steps"][0]
+    assert first["action"] == "longest_example" and first["spec"]["seq"] % 64 == 0
+    assert first["spec"]["seq"] - 64 < d["data"]["max"] <= first["spec"]["seq"]
+    seq_step = next(s for s in d["steps"] if s["action"] == "seq_len")
+    assert seq_step["spec"]["seq"] >= d["data"]["recommended_seq_len"]
+    assert "truncates" in seq_step["cost"] and "of 1,319 examples" in seq_step["cost"]
+
+
+def test_fit_errors_are_one_line(capsys) -> None:
+    assert main(["fit", "llama-2-7b"]) == 1
+    err = capsys.readouterr().err
+    assert "--gpu" in err and "Traceback" not in err
+    assert main(["fit", "llama-2-7b", "--gpu", "24GiB", "--data", "x.jsonl"]) == 1
+    assert "--tokenizer" in capsys.readouterr().err
+    assert main(["fit", "llama-2-7b", "--gpu", "24GiB", "--headroom", "lots"]) == 1
+    assert "--headroom" in capsys.readouterr().err
