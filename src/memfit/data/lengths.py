@@ -244,19 +244,20 @@ def analyse_lengths(
 
 
 def strategy_activations(report: LengthReport, shape: ModelShape, spec: RunSpec) -> list[ActivationRow]:
-    """The estimate's activation memory per batching strategy, at micro-batch ``report.padding.batch`` and
-    each strategy's padded row length: the longest micro-batch (which sets the peak) and the mean one.
+    """The estimate's activation memory per batching strategy, at each strategy's rows per micro-batch
+    (``--batch`` examples, or the packed rows carrying as many) and padded row length: the longest
+    micro-batch (which sets the peak) and the mean one.
 
     Calls ``memfit.estimate.estimate_memory(shape, spec)`` with ``batch`` and ``seq`` replaced.
     """
     try:
-        from memfit.estimate import estimate_memory  # type: ignore[attr-defined]
+        from memfit.estimate import estimate_memory
     except ImportError as exc:
         raise MemfitError("--model needs memfit's estimate (memfit.estimate.estimate_memory), "
                           "which this installation lacks") from exc
     rows = []
-    batch = report.padding.batch
     for s in report.padding.strategies():
+        batch = s.batch
         mean_len = max(1, math.ceil(s.mean_len))
         at_peak = estimate_memory(shape, spec.with_(batch=batch, seq=max(1, s.peak_len)))
         at_mean = estimate_memory(shape, spec.with_(batch=batch, seq=mean_len))

@@ -21,7 +21,9 @@ Lengths are first capped at the sequence length (training truncates there). The 
 ``packed``
     Best-fit decreasing (:func:`memfit.data.pack.pack_bfd`) into rows of ``seq_len`` tokens; every row is
     processed at ``seq_len`` (fixed-shape rows), so ``waste = 1 - tokens / (rows * seq_len)``, i.e.
-    one minus ``memfit pack``'s efficiency.
+    one minus ``memfit pack``'s efficiency. A packed micro-batch holds as many rows as carry ``B``
+    examples on average, ``ceil(B * rows / n)``, so every strategy trains on about the same number of
+    examples per step (``BatchPadding.batch`` is that row count; it sets the activation memory).
 
 Worked example, ``B = 2``, lengths in batch order ``[10, 2, 7, 7]``: batches (10, 2) and (7, 7) process
 ``2*10 + 2*7 = 34`` tokens for 26 real ones: waste ``1 - 26/34 = 23.5%``. Packed into rows of 16:
@@ -54,6 +56,9 @@ MEGA_BATCH_MULT = 50  # transformers' default cap on megabatch size in units of 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BatchPadding:
     """Tokens one strategy processes over an epoch, and the padded row lengths it implies.
+
+    ``batch`` is the rows per micro-batch: ``--batch`` examples for random and grouped batches, the packed
+    rows that carry that many examples on average for packing.
 
     ``peak_len`` is the padded length of the longest micro-batch (the step that sets the memory peak);
     ``mean_len`` is the mean padded row length over micro-batches (tokens per row in a typical step).
@@ -179,6 +184,7 @@ def _packed(lens: np.ndarray, batch: int, seq_len: int) -> BatchPadding:
 
     _, starts = pack_bfd(lens, seq_len)
     rows = int(starts.size - 1)
-    return BatchPadding(strategy="packed", batch=batch, real_tokens=int(lens.sum()), processed_tokens=rows * seq_len,
-                        micro_batches=-(-rows // batch), peak_len=seq_len if rows else 0,
-                        mean_len=float(seq_len if rows else 0))
+    rows_per_step = max(1, -(-batch * rows // max(1, int(lens.size))))  # ceil(B * rows / n)
+    return BatchPadding(strategy="packed", batch=rows_per_step, real_tokens=int(lens.sum()),
+                        processed_tokens=rows * seq_len, micro_batches=-(-rows // rows_per_step),
+                        peak_len=seq_len if rows else 0, mean_len=float(seq_len if rows else 0))

@@ -57,10 +57,11 @@ def lengths_renderable(r: LengthReport) -> Group:
     pad.add_column("strategy")
     pad.add_column("padding waste", justify="right")
     pad.add_column("tokens processed", justify="right")
-    pad.add_column("micro-batches", justify="right")
+    pad.add_column("rows x micro-batches", justify="right")
     pad.add_column("longest/mean row", justify="right")
     for s in r.padding.strategies():
-        pad.add_row(_STRATEGY_HELP[s.strategy], f"{s.waste:.1%}", f"{s.processed_tokens:,}", f"{s.micro_batches:,}",
+        pad.add_row(_STRATEGY_HELP[s.strategy], f"{s.waste:.1%}", f"{s.processed_tokens:,}",
+                    f"{s.batch} x {s.micro_batches:,}",
                     f"{s.peak_len:,}/{s.mean_len:,.0f}")
     parts.append(pad)
 
