@@ -1,6 +1,9 @@
-"""``memfit measure``: real training steps, batch/seq sweeps, the checkpointing trade, the max batch."""
+"""``memfit measure``: real training steps, batch/seq sweeps, the checkpointing trade, the max batch.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: ``@spec_options`` rebuilds the signature and typer must
+see the ``Annotated`` option objects, not strings.
+"""
+
 
 from typing import Annotated
 

@@ -1,0 +1,66 @@
+"""``memfit measure``: exit codes, the JSON's key figures, the OOM row, the plot; bad input as one red line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memfit.cli import main  # noqa: E402
+from memfit.estimate import RunSpec  # noqa: E402
+from memfit.measure.model import tiny_config  # noqa: E402
+from memfit.measure.point import measure_point  # noqa: E402
+
+CONFIG = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)
+
+
+@pytest.fixture()
+def config_path(tmp_path: Path) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIG))
+    return path
+
+
+def test_measure_cli_json_in_a_subprocess(config_path: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "peak.png"
+    rc = main(["measure", str(config_path), "--batch", "1", "--seq", "64", "--device", "cpu", "--precision",
+               "fp32", "--method", "lora", "--memory-limit", "3000000", "--steps", "1", "--plot", str(plot),
+               "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    (one,) = out["runs"]
+    assert (one["batch"], one["seq"], one["fits"]) == (1, 64, True)
+    # the fresh subprocess measured what this process measures for the same point
+    here = measure_point(CONFIG, RunSpec(method="lora", precision="fp32", device="cpu", batch=1, seq=64), steps=1)
+    assert one["peak_bytes"] == here.peak_bytes
+    assert sum(one["by_category"].values()) == one["peak_bytes"]
+    assert one["step_seconds"] > 0 and one["tokens_per_second"] == pytest.approx(64 / one["step_seconds"])
+    assert out["fit"] is None  # one batch size: no fit claimed
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--batch", "0"], "--batch values must be positive"),
+    (["--batch", "two"], "comma-separated positive integers"),
+    (["--checkpointing", "sqrt"], "--checkpointing must be one of"),
+    (["--method", "qlora"], "needs bitsandbytes and CUDA"),
+    (["--seq", "4096"], "longer than the model's 512 positions"),
+])
+def test_measure_cli_bad_input_is_one_red_line(config_path: Path, args: list[str], message: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["measure", str(config_path), "--device", "cpu", *args])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_measure_cli_cuda_asked_but_absent(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["measure", str(config_path), "--device", "cuda"])
+    assert rc == 1
+    assert "use --device cpu" in capsys.readouterr().err
