@@ -15,7 +15,10 @@ category               storages
 ``weights_trainable``  parameters with ``requires_grad``
 ``gradients``          the ``.grad`` of a tracked parameter
 ``optimizer``          tensors in ``optimizer.state`` (registered by :meth:`track_optimizer`)
-``logits``             other storages of a tensor whose last dimension is the vocabulary (``vocab=``)
+``logits``             other storages of a vocabulary-wide tensor (last dimension = ``vocab``) made from the
+                       output layer on: the logits, their fp32 upcast, log-softmax, and in backward their
+                       gradients until the output layer's input gradient exists (a hook marks the span, so
+                       an MLP as wide as the vocabulary is not mistaken for logits)
 ``activations``        other storages allocated in the forward phase (kept for backward, checkpoints, the
                        residual stream); any forward transient alive at the peak counts here too
 ``temporaries``        other storages allocated in backward / optimizer phases (gradients flowing through
@@ -37,6 +40,7 @@ exceed it, so the out-of-memory path is testable on CPU.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import weakref
 from collections.abc import Iterable, Iterator
@@ -131,6 +135,9 @@ class LiveTensorTracker(TorchDispatchMode):
         self.phase_peaks: dict[str, int] = {}
         self.phase_snapshots: dict[str, PeakSnapshot] = {}
         self._phase_pending = False
+        self._in_head = False
+        self._head_seen = False
+        self._hooks: list[Any] = []
         self._peak_detail: list[tuple[int, str, str | None]] = []
         self._detail: list[tuple[int, str, str | None]] = []
 
@@ -144,6 +151,13 @@ class LiveTensorTracker(TorchDispatchMode):
                 self._register(p.grad, "gradients")
         for b in model.buffers():
             self._register(b, "weights_frozen")
+        get_head = getattr(model, "get_output_embeddings", None)
+        head = get_head() if callable(get_head) else None
+        if isinstance(head, torch.nn.Module):
+            weight = getattr(head, "weight", None)
+            if self.vocab is None and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+                self.vocab = int(weight.shape[0])
+            self._hooks.append(head.register_forward_pre_hook(functools.partial(_enter_head, weakref.ref(self))))
 
     def track_optimizer(self, optimizer: Any) -> None:
         """Classify the optimizer's state tensors, those that exist now and those created later."""
@@ -165,6 +179,12 @@ class LiveTensorTracker(TorchDispatchMode):
         """Attribute allocations and peaks inside the block to phase ``name``."""
         self._flush()
         previous, self._phase = self._phase, name
+        if name == "forward":
+            self._in_head = self._head_seen = False
+        elif name == "backward":
+            self._in_head = self._head_seen
+        else:
+            self._in_head = False
         self.phase_peaks[name] = max(self.phase_peaks.get(name, 0), self.live_bytes)
         try:
             yield
@@ -224,7 +244,7 @@ class LiveTensorTracker(TorchDispatchMode):
                 self._add(nbytes - rec.nbytes)
                 rec.nbytes = nbytes
             return uid
-        hint = "logits" if (self.vocab and t.dim() >= 2 and t.shape[-1] == self.vocab) else None
+        hint = "logits" if (self._in_head and self.vocab and t.dim() >= 1 and t.shape[-1] == self.vocab) else None
         uid = next(self._ids)
         rec = _Storage(nbytes=int(storage.nbytes()), phase=self._phase, hint=hint, tag=self.tag)
         rec.ref = weakref.ref(storage)
@@ -307,6 +327,24 @@ class LiveTensorTracker(TorchDispatchMode):
             detail.append((rec.nbytes, cat, rec.tag))
         self._detail = detail
         return PeakSnapshot(peak_bytes=self.live_bytes, phase=self._phase, by_category=by)
+
+
+def _enter_head(ref: weakref.ref[LiveTensorTracker], module: torch.nn.Module, args: Any) -> None:
+    """Forward pre-hook on the output layer: vocabulary-wide tensors from here on are logits; a hook on
+    its input ends the span in backward, when the gradient reaches the last hidden state."""
+    tracker = ref()
+    if tracker is None:
+        return
+    tracker._in_head = tracker._head_seen = True
+    x = args[0] if args else None
+    if isinstance(x, torch.Tensor) and x.requires_grad:
+        x.register_hook(functools.partial(_leave_head, ref))
+
+
+def _leave_head(ref: weakref.ref[LiveTensorTracker], grad: torch.Tensor) -> None:
+    tracker = ref()
+    if tracker is not None:
+        tracker._in_head = False
 
 
 def _state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
