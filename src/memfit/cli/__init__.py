@@ -13,9 +13,11 @@ from memfit.errors import MemfitError
 
 # Command modules register themselves on import (order = order in --help).
 from memfit.cli import models as _models  # noqa: E402,F401  isort: skip
+from memfit.cli import estimate as _estimate  # noqa: E402,F401  isort: skip
 from memfit.cli import demo as _demo  # noqa: E402,F401  isort: skip
 from memfit.cli import measure as _measure  # noqa: E402,F401  isort: skip
 from memfit.cli import lengths as _lengths  # noqa: E402,F401  isort: skip
+from memfit.cli import pack as _pack  # noqa: E402,F401  isort: skip
 from memfit.cli import fit as _fit  # noqa: E402,F401  isort: skip
 
 __all__ = ["app", "main"]

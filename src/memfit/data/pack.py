@@ -23,10 +23,12 @@ row with room); 2 fills B. Two rows, ``[[0, 1], [2, 3, 4]]``, 16 real tokens in 
 from __future__ import annotations
 
 import gc
+import json
 import math
 from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -47,6 +49,7 @@ __all__ = [
     "pack",
     "pack_bfd",
     "pack_lengths",
+    "write_rows",
 ]
 
 
@@ -332,6 +335,7 @@ def pack(
     max_len: int,
     *,
     overflow: Overflow | str = "error",
+    lines: Sequence[int] | None = None,
 ) -> PackResult:
     """Pack tokenized examples into rows of at most ``max_len`` tokens by best-fit decreasing.
 
@@ -341,6 +345,7 @@ def pack(
     last shorter), each packed as its own sequence (positions restart, so a piece does not see the previous
     piece, and its first label becomes -100: counted in ``split_labels_masked``). Each is counted in the
     result. Empty examples (0 tokens) have nothing to pack and are counted in ``empty_examples``.
+    ``lines`` (the line or record number of each example in its file) makes error messages name it.
 
     >>> ex = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}, {"input_ids": [4, 5], "labels": [4, 5]}]
     >>> row = pack(ex, 8).rows[0]
@@ -361,8 +366,9 @@ def pack(
     over = np.flatnonzero(lengths > max_len)
     if over.size and overflow == "error":
         i = int(over[0])
+        where = f" (line {lines[i]})" if lines is not None and i < len(lines) else ""
         raise MemfitError(
-            f"example {i} has {int(lengths[i]):,} tokens, more than --seq-len {max_len:,} "
+            f"example {i}{where} has {int(lengths[i]):,} tokens, more than --seq-len {max_len:,} "
             f"({over.size:,} example{'s are' if over.size > 1 else ' is'} longer): raise --seq-len or pass "
             "--overflow truncate|drop|split"
         )
@@ -473,3 +479,27 @@ def block_mask_bytes(batch: int, seq_len: int, dtype_bytes: int = 4) -> int:
     if batch < 0 or seq_len < 0 or dtype_bytes < 1:
         raise MemfitError("block mask size needs batch >= 0, seq_len >= 0 and dtype_bytes >= 1")
     return batch * 1 * seq_len * seq_len * dtype_bytes
+
+
+def write_rows(result: PackResult, path: str | Path) -> int:
+    """Write the packed rows to ``path`` (``.jsonl`` or ``.parquet``), one row per line / record, with every
+    field of :class:`PackedRow`. Returns the bytes written."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".jsonl", ".parquet"):
+        raise MemfitError(f"--out must end in .jsonl or .parquet, not {p.name!r}")
+    if not p.parent.exists():
+        raise MemfitError(f"the folder {p.parent} does not exist: create it or choose another --out")
+    if suffix == ".jsonl":
+        with p.open("w", encoding="utf-8") as f:
+            for row in result.rows:
+                f.write(json.dumps(row.to_dict(), separators=(",", ":")) + "\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = list(PackedRow.__slots__)  # every field is a list of int32 (token ids < 2**31)
+        table = pa.table({name: pa.array([getattr(r, name) for r in result.rows], type=pa.list_(pa.int32()))
+                          for name in names})
+        pq.write_table(table, p)
+    return p.stat().st_size
