@@ -131,6 +131,7 @@ def run_steps(config: dict[str, Any], spec: RunSpec, *, steps: int = 2, per_modu
     vocab = model.config.vocab_size if hasattr(model, "config") else config["vocab_size"]
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (spec.batch, spec.seq), generator=g)
+    labels = ids.clone()
     mask = torch.ones_like(ids)
     if spec.padding_mask:
         mask[0, : spec.seq // 4] = 0
@@ -140,7 +141,9 @@ def run_steps(config: dict[str, Any], spec: RunSpec, *, steps: int = 2, per_modu
     for b in model.buffers():
         tracker.track(b)
     tracker.track(ids)
-    tracker.track(mask)
+    tracker.track(labels)
+    if spec.padding_mask:
+        tracker.track(mask)
     weights = tracker.live
 
     saved: dict[int, tuple[int, str]] = {}
@@ -174,10 +177,10 @@ def run_steps(config: dict[str, Any], spec: RunSpec, *, steps: int = 2, per_modu
                 if autocast_dtype is not None:
                     with torch.autocast("cpu", dtype=autocast_dtype):
                         loss = model(input_ids=ids, attention_mask=mask if spec.padding_mask else None,
-                                     labels=ids).loss
+                                     labels=labels).loss
                 else:
                     loss = model(input_ids=ids, attention_mask=mask if spec.padding_mask else None,
-                                 labels=ids).loss
+                                 labels=labels).loss
             tracker.phase = "backward"
             loss.backward()
             del loss

@@ -1,0 +1,91 @@
+"""``memfit estimate`` and ``memfit gpus``: the analytic budget of one training step, and the GPU table."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from memfit.cli._app import app
+from memfit.cli._spec_options import spec_options
+from memfit.errors import MemfitError
+from memfit.estimate import RunSpec, estimate_memory, resolve_model, rule_of_thumb_activation_bytes
+from memfit.report import console, print_json
+from memfit.report.estimate import (
+    estimate_table,
+    explain_table,
+    gpus_rows,
+    gpus_table,
+    rule_of_thumb_json,
+    rule_of_thumb_line,
+    rule_of_thumb_text,
+    states_table,
+    verdict,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _model_positional(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Keep the optional MODEL argument positional (``spec_options`` makes defaulted parameters keyword-only)."""
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    model = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params if p.name == "model"]
+    fn.__signature__ = sig.replace(parameters=model + [p for p in params if p.name != "model"])  # type: ignore[attr-defined]
+    return fn
+
+
+@app.command("estimate")
+@_model_positional
+@spec_options()
+def estimate_command(
+    model: str | None = typer.Argument(None, help="catalogue name, config.json path, or a directory with one "
+                                       "(not needed with --rule-of-thumb)"),
+    json_out: JsonFlag = False,
+    explain: Annotated[bool, typer.Option("--explain", help="show the formula and numbers behind each figure")]
+    = False,
+    rule_of_thumb: Annotated[bool, typer.Option("--rule-of-thumb", help="the lesson's L*b*s*h*20 bytes only")]
+    = False,
+    layers: Annotated[int | None, typer.Option("--layers", help="L for --rule-of-thumb without a model")] = None,
+    hidden: Annotated[int | None, typer.Option("--hidden", help="h for --rule-of-thumb without a model")] = None,
+    *,
+    spec: RunSpec,
+) -> None:
+    """Predict the peak memory of one training step of MODEL and where every byte goes."""
+    if rule_of_thumb:
+        if model is not None:
+            shape = resolve_model(model)
+            layers = layers or shape.n_layers
+            hidden = hidden or shape.hidden
+        if layers is None or hidden is None:
+            raise MemfitError("--rule-of-thumb needs --layers and --hidden (or a MODEL to read them from)")
+        value = rule_of_thumb_activation_bytes(layers, spec.batch, spec.seq, hidden)
+        if json_out:
+            print_json(rule_of_thumb_json(layers, hidden, spec.batch, spec.seq, value))
+        else:
+            console.print(rule_of_thumb_text(layers, hidden, spec.batch, spec.seq, value), highlight=False)
+        return
+    if model is None:
+        raise MemfitError("pass a MODEL (see `memfit models`), or --rule-of-thumb with --layers and --hidden")
+    est = estimate_memory(resolve_model(model), spec)
+    if json_out:
+        print_json(est.to_dict())
+        return
+    console.print(estimate_table(est))
+    console.print(states_table(est))
+    console.print(rule_of_thumb_line(est), highlight=False)
+    if explain:
+        console.print(explain_table(est))
+    console.print(verdict(est), highlight=False)
+
+
+@app.command("gpus")
+def gpus_command(json_out: JsonFlag = False) -> None:
+    """List the bundled GPU table: memory in bytes and GiB, with the datasheet each figure comes from."""
+    rows = gpus_rows()
+    if json_out:
+        print_json(rows)
+    else:
+        console.print(gpus_table(rows))

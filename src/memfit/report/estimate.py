@@ -1,0 +1,127 @@
+"""Tables, verdicts and JSON for :class:`~memfit.estimate.MemoryEstimate`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from memfit.estimate import GpuSpec, MemoryEstimate, gpu_table
+from memfit.units import BYTES_PER_GB, BYTES_PER_GIB
+
+
+def _gib(n: int) -> str:
+    return f"{n / BYTES_PER_GIB:.2f} GiB"
+
+
+def estimate_table(est: MemoryEstimate) -> Table:
+    """Component, bytes, GiB, share of the peak."""
+    s = est.spec
+    title = (f"{est.model}: {s.method}, {s.precision}, {s.optimizer}, batch {s.batch} x seq {s.seq}, "
+             f"checkpointing {s.checkpointing}, {s.attention} on {s.device}")
+    t = Table(title=title, caption=f"peak at {est.peak_moment} (GiB = 1024^3 B)")
+    t.add_column("component")
+    t.add_column("bytes", justify="right")
+    t.add_column("GiB", justify="right")
+    t.add_column("share", justify="right")
+    for k, v in est.components.items():
+        if v == 0:
+            continue
+        t.add_row(k, f"{v:,}", f"{v / BYTES_PER_GIB:.3f}", f"{v / est.peak_bytes:.1%}")
+    t.add_row("[bold]peak (allocated)[/]", f"[bold]{est.peak_bytes:,}[/]",
+              f"[bold]{est.peak_bytes / BYTES_PER_GIB:.3f}[/]", "100.0%")
+    if s.device == "cuda":
+        t.add_row("reserved (+allocator, CUDA context)", f"{est.reserved_bytes:,}",
+                  f"{est.reserved_bytes / BYTES_PER_GIB:.3f}", "")
+    return t
+
+
+def states_table(est: MemoryEstimate) -> Table:
+    t = Table(title="model states (full sizes) and activations")
+    t.add_column("item")
+    t.add_column("bytes", justify="right")
+    t.add_column("GiB", justify="right")
+    st = est.model_states
+    rows = [("weights (frozen)", st.weights_frozen), ("weights (trainable)", st.weights_trainable),
+            ("gradients", st.gradients), ("optimizer states", st.optimizer),
+            ("activations saved by the forward", est.activation_bytes),
+            ("  of which one block", est.activations.per_layer)]
+    for k, v in est.activations.by_component.items():
+        rows.append((f"    {k}", v))
+    for name, v in rows:
+        t.add_row(name, f"{v:,}", f"{v / BYTES_PER_GIB:.3f}")
+    t.add_row("trainable parameters", f"{st.trainable_params:,}", "")
+    return t
+
+
+def verdict(est: MemoryEstimate) -> str:
+    """One line: fits with X GiB spare / short by X GiB (judged on reserved bytes)."""
+    if est.gpu is None:
+        return (f"peak {_gib(est.peak_bytes)} ({est.peak_bytes / BYTES_PER_GB:.2f} GB) at {est.peak_moment}; "
+                "pass --gpu to judge the fit")
+    spare = est.spare_bytes or 0
+    what = "reserved" if est.spec.device == "cuda" else "peak"
+    base = f"{what} {_gib(est.reserved_bytes)} on {est.gpu.name} ({_gib(est.gpu.bytes)})"
+    if spare >= 0:
+        return f"[green]fits[/]: {base}, {_gib(spare)} spare"
+    return f"[red]does not fit[/]: {base}, short by {_gib(-spare)}"
+
+
+def rule_of_thumb_line(est: MemoryEstimate) -> str:
+    """The lesson's L*b*s*h*20 beside memfit's activations, and why they differ."""
+    rot, act = est.rule_of_thumb_bytes, est.activation_bytes
+    s = est.spec
+    ratio = act / rot if rot else 0.0
+    reasons = []
+    if s.checkpointing != "none":
+        reasons.append("checkpointing keeps only block inputs")
+    if s.method != "full":
+        reasons.append("frozen linears keep no inputs for weight gradients")
+    if s.attention == "eager":
+        reasons.append("eager attention keeps the b*a*s^2 scores")
+    if s.precision in ("fp32",) or s.is_mixed:
+        reasons.append("fp32 tensors (norms, residual stream) are 4 B, not 2")
+    reasons.append("the loss keeps fp32 log-probabilities b*s*V*4")
+    return (f"rule of thumb L*b*s*h*20 = {rot:,} B ({rot / BYTES_PER_GB:.2f} GB, {_gib(rot)}); memfit's "
+            f"saved activations = {act:,} B ({_gib(act)}), x{ratio:.2f}: " + "; ".join(reasons))
+
+
+def explain_table(est: MemoryEstimate) -> Table:
+    t = Table(title="how each figure is computed")
+    t.add_column("component")
+    t.add_column("formula")
+    t.add_column("numbers")
+    t.add_column("bytes", justify="right")
+    for e in est.explain():
+        t.add_row(e.component, e.formula, e.numbers, f"{e.bytes:,}")
+    return t
+
+
+def rule_of_thumb_json(layers: int, hidden: int, batch: int, seq: int, value: int) -> dict[str, Any]:
+    return {"mode": "rule-of-thumb", "layers": layers, "hidden": hidden, "batch": batch, "seq": seq,
+            "bytes_per_layer_token_hidden": 20, "activation_bytes": value,
+            "activation_gb": value / BYTES_PER_GB, "activation_gib": value / BYTES_PER_GIB}
+
+
+def rule_of_thumb_text(layers: int, hidden: int, batch: int, seq: int, value: int) -> str:
+    return (f"activations = {layers} x {batch} x {seq} x {hidden} x 20 B = {value:,} B "
+            f"({value / BYTES_PER_GB:.2f} GB, {value / BYTES_PER_GIB:.2f} GiB)")
+
+
+def gpus_rows() -> list[dict[str, Any]]:
+    return [g.to_dict() | {"gib": g.bytes / BYTES_PER_GIB} for g in gpu_table()]
+
+
+def gpus_table(rows: list[dict[str, Any]] | None = None) -> Table:
+    t = Table(title="bundled GPUs (memory as the device reports it; GiB = 1024^3 B)")
+    t.add_column("name")
+    t.add_column("bytes", justify="right")
+    t.add_column("GiB", justify="right")
+    t.add_column("source")
+    for r in rows or gpus_rows():
+        t.add_row(r["name"], f"{r['bytes']:,}", f"{r['gib']:.2f}", r["source"])
+    return t
+
+
+def gpu_line(g: GpuSpec) -> str:
+    return f"{g.name}: {g.bytes:,} B ({_gib(g.bytes)}), {g.source}"
