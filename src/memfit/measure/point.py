@@ -9,7 +9,8 @@ calls directly):
 3. ``warmup`` + ``steps`` steps without the tracker; the median of the ``steps`` timed ones is the step time.
 
 On CUDA ``peak_bytes`` is ``torch.cuda.max_memory_allocated`` and ``reserved_bytes`` is
-``max_memory_reserved`` (statistics reset before the model is built; the tracker runs too, for the
+``max_memory_reserved`` (statistics reset before the model is built, minus whatever was allocated
+before, which is nothing in a fresh worker process; the tracker runs too, counting CUDA storages, for the
 categories, and whatever the allocator holds that no tensor output accounts for, e.g. cuBLAS workspaces,
 shows as ``untracked``). On CPU ``peak_bytes`` is the tracker's peak and ``reserved_bytes`` is None.
 
@@ -46,14 +47,17 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
     torch.manual_seed(seed)
     is_cuda = device.startswith("cuda")
     common = {"batch": spec.batch, "seq": spec.seq, "checkpointing": spec.checkpointing, "device": device}
+    base_allocated = 0
     if is_cuda:
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        base_allocated = int(torch.cuda.memory_allocated())
         if memory_limit is not None:
             total = torch.cuda.get_device_properties(0).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, memory_limit / total))
-    tracker = LiveTensorTracker(vocab=vocab, memory_limit=None if is_cuda else memory_limit)
+            torch.cuda.set_per_process_memory_fraction(min(1.0, (memory_limit + base_allocated) / total))
+    tracker = LiveTensorTracker(vocab=vocab, memory_limit=None if is_cuda else memory_limit,
+                                device_type="cuda" if is_cuda else None)
     model = optimizer = None
     try:
         model = build_model(config, spec, device=device)
@@ -79,6 +83,8 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
         del model, optimizer
         gc.collect()
         if is_cuda:
+            if memory_limit is not None:
+                torch.cuda.set_per_process_memory_fraction(1.0)
             torch.cuda.empty_cache()
     summary = tracker.summary()
     by_category = {k: int(summary["by_category"].get(k, 0)) for k in CATEGORIES}
@@ -86,7 +92,7 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
     reserved = None
     peak = tracker_peak
     if is_cuda:
-        peak = int(torch.cuda.max_memory_allocated())
+        peak = int(torch.cuda.max_memory_allocated()) - base_allocated
         reserved = int(torch.cuda.max_memory_reserved())
         by_category["untracked"] = max(0, peak - tracker_peak)
     seconds = median_seconds(times)

@@ -115,9 +115,11 @@ class LiveTensorTracker(TorchDispatchMode):
     :meth:`peak_storages` returns the storages alive at the peak with their tags.
     """
 
-    def __init__(self, *, vocab: int | None = None, memory_limit: int | None = None) -> None:
+    def __init__(self, *, vocab: int | None = None, memory_limit: int | None = None,
+                 device_type: str | None = None) -> None:
         super().__init__()
         self.vocab = vocab
+        self.device_type = device_type  # count only storages on this device type ("cuda"); None = all
         self.memory_limit = memory_limit
         self.tag: str | None = None
         self.live_bytes = 0
@@ -234,7 +236,7 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def _see(self, t: torch.Tensor) -> int | None:
         storage = self._storage(t)
-        if storage is None:
+        if storage is None or (self.device_type is not None and storage.device.type != self.device_type):
             return None
         uid = self._uid(storage)
         if uid is not None:
