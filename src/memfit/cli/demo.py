@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from memfit.cli._app import app
-from memfit.estimate import catalogue, count_params, lookup
+from memfit.estimate import RunSpec, count_params, estimate_memory, lookup
 from memfit.report import console
-from memfit.report.models import models_rows, models_table, params_table
+from memfit.report.estimate import estimate_table, rule_of_thumb_line, states_table, verdict
+from memfit.report.models import params_table
 
 DEMO_MODEL = "lesson-24x2048"
+DEMO_SPEC = RunSpec(method="lora", precision="bf16", batch=4, seq=2048, gpu="24GiB")
 
 
 @app.command("demo")
 def demo_command() -> None:
-    """The lesson's worked example: the catalogue and the parameter breakdown of a 24-layer, 2048-wide model."""
-    console.print(models_table(models_rows(catalogue())))
+    """The lesson's worked example: a 24-layer, 2048-wide model, LoRA in bf16 at batch 4 x seq 2048, on 24 GiB."""
     shape = lookup(DEMO_MODEL).shape
     console.print(params_table(shape, count_params(shape)))
+    est = estimate_memory(shape, DEMO_SPEC)
+    console.print(estimate_table(est))
+    console.print(states_table(est))
+    console.print(rule_of_thumb_line(est), highlight=False)
+    console.print(verdict(est), highlight=False)
+    ck = estimate_memory(shape, DEMO_SPEC.with_(checkpointing="full"))
+    console.print(f"with --checkpointing full: peak {ck.peak_bytes / 1024**3:.2f} GiB "
+                  f"(activations {ck.activation_bytes / 1024**3:.2f} GiB instead of "
+                  f"{est.activation_bytes / 1024**3:.2f} GiB); " + verdict(ck), highlight=False)
