@@ -17,10 +17,9 @@ def test_checkpointing_factor_is_one_extra_forward() -> None:
     tm = TimeModel()
     assert tm.checkpointing("none") == 1.0
     assert tm.checkpointing("full") == pytest.approx(4 / 3)
+    # segments of k or sqrt(L) blocks keep only their input and are all recomputed: the same extra forward
     assert tm.checkpointing("sqrt") == pytest.approx(4 / 3)
-    # one block in k recomputed: 1 + (1/3) / k
-    assert tm.checkpointing("every-k", 2) == pytest.approx(1 + 1 / 6)
-    assert tm.checkpointing("every-k", 4) == pytest.approx(1 + 1 / 12)
+    assert tm.checkpointing("every-k") == pytest.approx(4 / 3)
 
 
 def test_micro_batch_factor_by_hand() -> None:
@@ -38,7 +37,7 @@ def test_measured_checkpoint_factor_from_trade_list(tmp_path: Path) -> None:
     tm = time_model_from_measurement(f)
     assert tm.checkpoint_factor == pytest.approx(1.3)  # the median
     assert "measured" in tm.source
-    assert tm.checkpointing("every-k", 2) == pytest.approx(1.15)
+    assert tm.checkpointing("full") == pytest.approx(1.3)
 
 
 def test_measured_checkpoint_factor_pairs_runs(tmp_path: Path) -> None:

@@ -171,3 +171,15 @@ def test_bad_input() -> None:
         fit(resolve_model("gpt2"), RunSpec(), gpu="24GiB", gpus=0)
     with pytest.raises(MemfitError, match="--headroom"):
         fit(resolve_model("gpt2"), RunSpec(), gpu="1GiB", headroom=Headroom.parse("2GiB"))
+
+
+def test_measured_checkpointing_factor_replaces_the_model() -> None:
+    from memfit.advise import TimeModel
+
+    spec = RunSpec(method="lora", rank=64, batch=4, seq=2048)
+    tm = TimeModel(checkpoint_factor=1.25, source="measured: median of 3 point(s) in m.json")
+    report = fit(resolve_model("llama-2-7b"), spec, gpu="24GiB", time_model=tm, search=False)
+    step = report.steps[0]
+    assert step.action == "checkpointing" and step.time_factor == 1.25
+    assert "x1.25" in step.cost and "measured" in step.cost
+    assert report.final_cost.time_factor == pytest.approx(1.25)

@@ -10,10 +10,11 @@ are relative to the user's step time and multiply.
 =====================  ===============================================================================
 remedy                 time factor
 =====================  ===============================================================================
-checkpointing full     (3F + F) / 3F = 4/3 ~ 1.33: every block's forward runs again in the backward.
-                       A measured ratio (``memfit measure --checkpointing both --json``) replaces 4/3.
-checkpointing sqrt     the same 4/3: Chen et al.'s segments are all recomputed once.
-checkpointing every-k  1 + (4/3 - 1) / k: one block in k is recomputed.
+checkpointing          (3F + F) / 3F = 4/3 ~ 1.33: every block's forward runs again in the backward.
+                       The same for ``full``, ``every-k`` and ``sqrt``: the estimate's segments of 1, k
+                       or ceil(sqrt(L)) blocks keep only their input and are all recomputed once (Chen
+                       et al.); they differ in memory, not in time. A measured ratio
+                       (``memfit measure --checkpointing both --json``) replaces 4/3.
 micro-batch b -> b'    (1 + T0/(b' s)) / (1 + T0/(b s)), T0 = 256 tokens: each micro-step pays a fixed
                        overhead (kernel launches, reading every weight once) worth ~T0 tokens of compute.
                        ASSUMED, not measured: small micro-batches lose some GPU utilisation.
@@ -70,18 +71,13 @@ class TimeModel:
     qlora_factor: float = QLORA_TIME_FACTOR
     zero3_factor: float = ZERO3_TIME_FACTOR
 
-    def checkpointing(self, kind: str, every: int = 2) -> float:
-        """Slowdown of ``--checkpointing kind`` against none.
+    def checkpointing(self, kind: str) -> float:
+        """Slowdown of ``--checkpointing kind`` against none: every checkpointed segment is recomputed once.
 
-        >>> round(TimeModel().checkpointing("full"), 3), round(TimeModel().checkpointing("every-k", 2), 3)
-        (1.333, 1.167)
+        >>> round(TimeModel().checkpointing("full"), 3), round(TimeModel().checkpointing("every-k"), 3)
+        (1.333, 1.333)
         """
-        extra = self.checkpoint_factor - 1.0
-        if kind == "none":
-            return 1.0
-        if kind == "every-k":
-            return 1.0 + extra / every
-        return 1.0 + extra
+        return 1.0 if kind == "none" else self.checkpoint_factor
 
     def micro_batch(self, old_tokens: int, new_tokens: int) -> float:
         """Slowdown of running ``new_tokens`` per micro-step instead of ``old_tokens`` (same tokens per

@@ -28,7 +28,7 @@ which the final plan (and the initial spec) would fit.
 
 The cheapest configuration
 ==========================
-Every combination of the knobs above (checkpointing none/every-2/every-4/sqrt/full, every micro-batch
+Every combination of the knobs above (checkpointing none/full/every-2/sqrt, every micro-batch
 dividing the effective batch, packing, sequence lengths, method, ranks, attention kernels, loss, sharding)
 is ranked by :class:`memfit.advise.costs.Cost` (what it gives up in the lesson's order of reluctance, then
 the step-time factor) and estimated in that order; the first that fits is the cheapest (ties in cost go to
@@ -166,6 +166,7 @@ class Cheapest:
     candidates: int
     evaluated: int
     changes: dict[str, Any] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +177,7 @@ class Cheapest:
             "peak_bytes": self.peak_bytes,
             "cost": self.cost.to_dict() if self.cost else None,
             "changes": self.changes,
+            "needs": list(self.needs),
             "candidates": self.candidates,
             "evaluated": self.evaluated,
         }
@@ -268,7 +270,7 @@ class Evaluator:
         self.shape = shape
         self.gpus = gpus
         if estimate is None:
-            from memfit.estimate import estimate_memory  # type: ignore[attr-defined]
+            from memfit.estimate import estimate_memory
 
             estimate = estimate_memory
         self._estimate_fn = estimate
@@ -304,8 +306,7 @@ class Evaluator:
 def setup_cost(initial: Setup, setup: Setup, *, time_model: TimeModel, data: DataProfile | None) -> Cost:
     """What ``setup`` gives up against ``initial`` (see :mod:`memfit.advise.costs`)."""
     s0, s = initial.spec, setup.spec
-    time = time_model.checkpointing(s.checkpointing, s.checkpoint_every) / time_model.checkpointing(
-        s0.checkpointing, s0.checkpoint_every)
+    time = time_model.checkpointing(s.checkpointing) / time_model.checkpointing(s0.checkpointing)
     # rows per optimizer step R and micro-steps R/b; time ~ R*s0 + (R/b)*T0 (seq itself counted as 1.0)
     t0 = time_model.micro_step_overhead_tokens
     rows0 = s0.batch * s0.grad_accum
@@ -438,7 +439,7 @@ def _checkpointing(p: _Path, tm: TimeModel) -> None:
     if s.checkpointing == "full":
         p.take("checkpointing", None, "", why_not="already full")
         return
-    f = tm.checkpointing("full") / tm.checkpointing(s.checkpointing, s.checkpoint_every)
+    f = tm.checkpointing("full") / tm.checkpointing(s.checkpointing)
     p.take("checkpointing", p.current.with_(checkpointing="full"),
            f"time only: x{f:.2f} step time ({tm.source}); set model.config.use_cache = False",
            time_factor=f)
@@ -580,8 +581,8 @@ def _rank(p: _Path) -> None:
 # the exhaustive search
 
 
-CHECKPOINT_OPTIONS: tuple[tuple[str, int], ...] = (("none", 2), ("every-k", 4), ("every-k", 2), ("sqrt", 2),
-                                                   ("full", 2))
+# (checkpointing, checkpoint_every): all recompute once (same time); they differ in what they keep
+CHECKPOINT_OPTIONS: tuple[tuple[str, int], ...] = (("none", 2), ("full", 2), ("every-k", 2), ("sqrt", 2))
 
 
 def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterator[Setup]:
@@ -662,7 +663,33 @@ def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: Time
         return Cheapest(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=ev.estimates)
     _, peak, setup, cost = best
     return Cheapest(setup=setup, peak_bytes=peak, cost=cost, candidates=n, evaluated=ev.estimates,
-                    changes=setup_changes(initial, setup))
+                    changes=setup_changes(initial, setup), needs=tuple(requirements(initial, setup)))
+
+
+def requirements(initial: Setup, setup: Setup) -> list[str]:
+    """What the changed knobs need beyond a flag, in the HF / PyTorch stack."""
+    a, b = initial.spec, setup.spec
+    out = []
+    if b.checkpointing != a.checkpointing:
+        if b.checkpointing == "full":
+            out.append("model.gradient_checkpointing_enable(); model.config.use_cache = False")
+        elif b.checkpointing in ("every-k", "sqrt"):
+            k = b.checkpoint_every if b.checkpointing == "every-k" else "ceil(sqrt(L))"
+            out.append(f"segment checkpointing ({k} blocks per torch.utils.checkpoint call): not what "
+                       "gradient_checkpointing_enable() does, which checkpoints every block")
+    if b.attention != a.attention and b.attention == "flash":
+        out.append("flash-attn installed, attn_implementation='flash_attention_2'")
+    if b.loss != a.loss and b.loss == "chunked":
+        out.append("a fused linear cross-entropy (Liger Kernel or cut-cross-entropy)")
+    if setup.packing and not initial.packing:
+        out.append("packing with position_ids reset and -100 labels kept (memfit verify-pack)")
+    if setup.sharding != initial.sharding and setup.sharding != "none":
+        stage = setup.sharding[-1]
+        fsdp = {"1": "", "2": " / FSDP SHARD_GRAD_OP", "3": " / FSDP FULL_SHARD"}[stage]
+        out.append(f"DeepSpeed ZeRO stage {stage}{fsdp}")
+    if b.method == "qlora" and a.method != "qlora":
+        out.append("bitsandbytes (4-bit NF4)")
+    return out
 
 
 def setup_changes(initial: Setup, setup: Setup) -> dict[str, Any]:

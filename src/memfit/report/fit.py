@@ -124,6 +124,7 @@ def _cheapest_line(report: FitReport) -> Text:
     if c.setup is None or c.cost is None or c.peak_bytes is None:
         return Text(f"Cheapest overall: none of {c.candidates:,} configurations fits.", style="red")
     change = describe_changes(report.initial, c.setup)
+    needs = f" Needs: {'; '.join(c.needs)}." if c.needs else ""
     return Text(f"Cheapest overall ({c.candidates:,} configurations, {c.evaluated:,} estimated): {change}; "
-                f"peak {_gib(c.peak_bytes)} GiB; gives up {c.cost.gives_up}, step time x{c.cost.time_factor:.2f}.",
-                style="cyan")
+                f"peak {_gib(c.peak_bytes)} GiB; gives up {c.cost.gives_up}, step time x{c.cost.time_factor:.2f}."
+                + needs, style="cyan")
