@@ -16,6 +16,7 @@ from memfit.cli import models as _models  # noqa: E402,F401  isort: skip
 from memfit.cli import estimate as _estimate  # noqa: E402,F401  isort: skip
 from memfit.cli import demo as _demo  # noqa: E402,F401  isort: skip
 from memfit.cli import measure as _measure  # noqa: E402,F401  isort: skip
+from memfit.cli import trace as _trace  # noqa: E402,F401  isort: skip
 from memfit.cli import lengths as _lengths  # noqa: E402,F401  isort: skip
 from memfit.cli import pack as _pack  # noqa: E402,F401  isort: skip
 from memfit.cli import fit as _fit  # noqa: E402,F401  isort: skip

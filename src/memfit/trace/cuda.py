@@ -151,7 +151,16 @@ def cuda_scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, va
                                       attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
                                       is_causal: bool = False, scale: float | None = None,
                                       enable_gqa: bool = False) -> torch.Tensor:
-    """Drop-in for ``F.scaled_dot_product_attention`` with the memory of the kernel CUDA would pick."""
+    """Drop-in for ``F.scaled_dot_product_attention`` with the memory of the kernel CUDA would pick.
+
+    Under autocast (``mixed-*``; the trace's autocast is CPU's) the inputs are first cast to the autocast
+    dtype, as autocast does for this operator on both devices: the casts are new tensors and they are
+    what the kernel saves.
+    """
+    if torch.is_autocast_enabled("cpu"):
+        amp = torch.get_autocast_dtype("cpu")
+        query, key, value = (t.to(amp) if t.is_floating_point() and t.dtype != amp else t
+                             for t in (query, key, value))
     backend = cuda_backend(query, key, value, attn_mask, enable_gqa)
     if backend == "flash":
         out: torch.Tensor = _FlashAttention.apply(query, key, value)

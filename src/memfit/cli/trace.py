@@ -1,0 +1,66 @@
+"""``memfit trace``: one training step of the real model on fake tensors, exact accounting, no memory.
+
+No ``from __future__ import annotations`` here: ``@spec_options`` rebuilds the signature and typer must
+see the ``Annotated`` option objects, not strings.
+"""
+
+from typing import Annotated, Any
+
+import typer
+
+from memfit.cli._app import app
+from memfit.cli._spec_options import spec_options
+from memfit.errors import require_extra
+from memfit.estimate import RunSpec, resolve_config
+from memfit.report import console, err_console, print_json
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+@app.command("trace")
+@spec_options()
+def trace_command(
+    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    json_out: JsonFlag = False,
+    top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
+    *,
+    spec: RunSpec,
+) -> None:
+    """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
+    holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one."""
+    require_extra("torch", "torch")
+    require_extra("transformers", "torch")
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
+    from memfit.trace.engine import check_trace_spec, trace_step
+
+    check_trace_spec(spec)
+    config = resolve_config(model)
+    estimate = _estimate(model, spec)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
+                  transient=True, disable=json_out) as progress:
+        task = progress.add_task("tracing", total=None)
+        result = trace_step(config, spec, name=model,
+                            progress=lambda msg: progress.update(task, description=msg))
+    if json_out:
+        print_json(trace_json(result, estimate))
+        return
+    console.print(trace_table(result, estimate))
+    console.print(module_table(result, top=top))
+    console.print(saved_table(result))
+    line = verdict(result)
+    if line:
+        console.print(line)
+    console.print(f"traced in {result.build_seconds + result.step_seconds:.1f} s "
+                  f"(build {result.build_seconds:.1f} s, step {result.step_seconds:.1f} s)", style="dim")
+
+
+def _estimate(model: str, spec: RunSpec) -> Any:
+    """The analytic estimate for the same spec, shown beside the trace (None if it cannot be made)."""
+    try:
+        from memfit.estimate import estimate_memory, resolve_model
+
+        return estimate_memory(resolve_model(model), spec).to_dict()
+    except Exception:  # the trace stands on its own; the estimate column is a comparison
+        return None

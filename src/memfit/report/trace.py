@@ -1,0 +1,100 @@
+"""Tables and JSON for :class:`~memfit.trace.result.TraceResult`, with the estimate beside the trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from memfit.trace.result import TraceResult
+from memfit.units import BYTES_PER_GIB, human_bytes
+
+MODEL_STATES = ("weights_frozen", "weights_trainable", "gradients", "optimizer")
+
+
+def _gib(n: int) -> str:
+    return f"{n / BYTES_PER_GIB:.3f}"
+
+
+def trace_table(result: TraceResult, estimate: dict[str, Any] | None = None) -> Table:
+    """Component, traced bytes, GiB, share of the peak; the estimate's figure and trace/estimate beside it."""
+    s = result.spec
+    title = (f"{result.model} traced: {s.method}, {s.precision}, {s.optimizer}, batch {s.batch} x seq {s.seq}, "
+             f"checkpointing {s.checkpointing}, {s.attention} on {s.device}")
+    t = Table(title=title, caption=f"peak in the {result.peak_phase} phase (GiB = 1024^3 B)")
+    t.add_column("component")
+    t.add_column("traced bytes", justify="right")
+    t.add_column("GiB", justify="right")
+    t.add_column("share", justify="right")
+    if estimate is not None:
+        t.add_column("estimate GiB", justify="right")
+        t.add_column("trace/estimate", justify="right")
+    est = (estimate or {}).get("components", {})
+    for k, v in result.components.items():
+        if v == 0 and not est.get(k):
+            continue
+        row = [k, f"{v:,}", _gib(v), f"{v / result.peak_bytes:.1%}"]
+        if estimate is not None:
+            e = int(est.get(k, 0))
+            row += [_gib(e), f"{v / e:.3f}" if e else "-"]
+        t.add_row(*row)
+    row = ["[bold]peak[/]", f"[bold]{result.peak_bytes:,}[/]", f"[bold]{_gib(result.peak_bytes)}[/]", "100.0%"]
+    if estimate is not None:
+        e = int(estimate.get("peak_bytes") or 0)
+        row += [_gib(e), f"{result.peak_bytes / e:.3f}" if e else "-"]
+    t.add_row(*row)
+    return t
+
+
+def module_table(result: TraceResult, top: int = 15) -> Table:
+    """Who holds the non-model-state bytes at the peak: the module whose forward made them."""
+    t = Table(title=f"alive at the peak, by the module that created it (top {top})")
+    t.add_column("module")
+    t.add_column("bytes", justify="right")
+    t.add_column("GiB", justify="right")
+    t.add_column("categories")
+    rows = result.per_module[:top]
+    for m in rows:
+        cats = ", ".join(f"{k} {human_bytes(v)}" for k, v in m.by_category.items() if v)
+        t.add_row(m.module, f"{m.bytes:,}", _gib(m.bytes), cats)
+    rest = result.per_module[top:]
+    if rest:
+        n = sum(m.bytes for m in rest)
+        t.add_row(f"({len(rest)} more modules)", f"{n:,}", _gib(n), "")
+    return t
+
+
+def saved_table(result: TraceResult, top: int = 12) -> Table:
+    """Bytes autograd saved for backward per decoder block (unique storages)."""
+    t = Table(title=f"saved for backward: {result.saved_total:,} B ({_gib(result.saved_total)} GiB)")
+    t.add_column("block / module")
+    t.add_column("saved bytes", justify="right")
+    t.add_column("GiB", justify="right")
+    items = list(result.saved_by_layer.items())
+    layers = sorted(((k, v) for k, v in items if k.startswith("layer ")), key=lambda kv: int(kv[0].split()[1]))
+    others = sorted(((k, v) for k, v in items if not k.startswith("layer ")), key=lambda kv: -kv[1])
+    shown = layers if len(layers) <= top else layers[: top // 2] + [("...", -1)] + layers[-top // 2:]
+    for k, v in shown + others:
+        if v < 0:
+            t.add_row("...", "", "")
+        else:
+            t.add_row(k, f"{v:,}", _gib(v))
+    return t
+
+
+def verdict(result: TraceResult) -> str | None:
+    """One line against ``--gpu``: fits with X GiB spare / short by X GiB."""
+    if result.gpu_bytes is None:
+        return None
+    need = result.reserved_bytes or result.peak_bytes
+    gap = result.gpu_bytes - need
+    if gap >= 0:
+        return f"[green]fits[/] {result.spec.gpu}: {gap / BYTES_PER_GIB:.2f} GiB spare"
+    return f"[red]does not fit[/] {result.spec.gpu}: short by {-gap / BYTES_PER_GIB:.2f} GiB"
+
+
+def trace_json(result: TraceResult, estimate: dict[str, Any] | None = None) -> dict[str, Any]:
+    d = result.to_dict()
+    if estimate is not None:
+        d["estimate"] = {"peak_bytes": estimate.get("peak_bytes"), "components": estimate.get("components")}
+    return d

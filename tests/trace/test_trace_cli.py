@@ -1,0 +1,36 @@
+"""``memfit trace``: exit code and the key figure, and one red line for a setting trace cannot run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from memfit.cli import main  # noqa: E402
+from memfit.estimate.spec import RunSpec  # noqa: E402
+from memfit.measure.model import tiny_config  # noqa: E402
+from memfit.trace.engine import trace_step  # noqa: E402
+
+
+def test_trace_json_reports_the_engine_peak(tmp_path, capsys) -> None:
+    cfg = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=300)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code = main(["trace", str(tmp_path / "config.json"), "--batch", "2", "--seq", "32", "--device", "cpu",
+                 "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    expected = trace_step(cfg, RunSpec(batch=2, seq=32, device="cpu"))
+    assert out["peak_bytes"] == expected.peak_bytes
+    assert sum(out["components"].values()) == out["peak_bytes"]
+    assert out["engine"] == "trace" and out["saved_for_backward"]["total"] > 0
+
+
+def test_trace_unsupported_setting_is_one_line(tmp_path, capsys) -> None:
+    cfg = tiny_config("llama", layers=1, hidden=32, heads=2, vocab=300)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code = main(["trace", str(tmp_path / "config.json"), "--method", "qlora"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "qlora" in err and "Traceback" not in err
