@@ -13,7 +13,8 @@ stage       sharded over N (each GPU holds 1/N)  PyTorch / DeepSpeed name
 ``zero3``   + weights (frozen and trainable)    DeepSpeed ``stage: 3``; FSDP ``FULL_SHARD``
 ==========  ==================================  =============================================================
 
-Activations, logits and temporaries are per micro-batch and are never sharded. Under ZeRO-3 each block's
+Activations, logits and backward temporaries are per micro-batch and are never sharded; the optimizer step's
+temporaries are (each GPU updates only its partition). Under ZeRO-3 each block's
 weights are gathered in full just before they are used (and again in the backward), and FSDP prefetches
 the next block while computing the current one, so two blocks' full weights are alive on top of the shards:
 
@@ -42,11 +43,12 @@ from memfit.estimate import ModelShape, RunSpec, count_params
 Sharding = Literal["none", "zero1", "zero2", "zero3"]
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 
+# "optimizer_temporaries": the optimizer step's scratch tensors, which ZeRO allocates for its shard only
 SHARDED_COMPONENTS: dict[str, tuple[str, ...]] = {
     "none": (),
-    "zero1": ("optimizer",),
-    "zero2": ("optimizer", "gradients"),
-    "zero3": ("optimizer", "gradients", "weights_trainable", "weights_frozen"),
+    "zero1": ("optimizer", "optimizer_temporaries"),
+    "zero2": ("optimizer", "optimizer_temporaries", "gradients"),
+    "zero3": ("optimizer", "optimizer_temporaries", "gradients", "weights_trainable", "weights_frozen"),
 }
 GATHERED_BLOCKS = 2  # the block being computed + the one prefetched (FSDP forward/backward prefetch)
 
@@ -119,24 +121,56 @@ def moment_parts(estimate: Any) -> list[tuple[int, Mapping[str, int]]]:
 
     The peak moment's components are exact. For the other moments the estimate gives totals
     (``moments``); weights and optimizer states are alive in every moment at their full size
-    (``model_states``), and all the gradients at the end of the backward and in the optimizer step. Inside
-    the backward only some gradients exist; none of them are counted as shardable there, which can only
-    over-state the per-GPU bytes (conservative).
+    (``model_states``). Gradients, by the moment's name: none at the loss; lm_head's at ``backward:
+    lm_head``; lm_head's and the final norm's at ``backward: last block`` (its own block's are left out);
+    every block's too at ``backward: first block`` (ZeRO-2 reduce-scatters each bucket as it fills, so
+    those are sharded as well); all of them at the end of the backward and in the optimizer step. A moment
+    with another name counts no gradient as shardable, which can only over-state the per-GPU bytes. The
+    optimizer step's temporaries are per shard under ZeRO (each GPU updates only its partition).
     """
-    out: list[tuple[int, Mapping[str, int]]] = [(int(estimate.peak_bytes), dict(estimate.components))]
+    peak_moment = str(getattr(estimate, "peak_moment", ""))
+    at_peak = dict(estimate.components)
+    if peak_moment.startswith("optimizer"):
+        at_peak["optimizer_temporaries"] = at_peak.pop("temporaries", 0)
+    out: list[tuple[int, Mapping[str, int]]] = [(int(estimate.peak_bytes), at_peak)]
     moments = getattr(estimate, "moments", None)
     states = getattr(estimate, "model_states", None)
     if not isinstance(moments, Mapping) or states is None:
         return out
-    peak_moment = getattr(estimate, "peak_moment", None)
     for name, total in moments.items():
         if name == peak_moment or not isinstance(total, int):
             continue
-        all_grads = name.startswith("optimizer") or name.endswith("embeddings")
         known = {"weights_frozen": int(states.weights_frozen), "weights_trainable": int(states.weights_trainable),
-                 "optimizer": int(states.optimizer), "gradients": int(states.gradients) if all_grads else 0}
+                 "optimizer": int(states.optimizer), "gradients": _gradients_alive(name, states)}
+        if name.startswith("optimizer"):  # the rest of the optimizer step is its scratch (and the inputs)
+            known["optimizer_temporaries"] = max(0, total - sum(known.values()))
         out.append((total, known))
     return out
+
+
+def _gradients_alive(moment: str, states: Any) -> int:
+    """Gradient bytes surely alive at ``moment`` (see :func:`moment_parts`); 0 when unknown."""
+    head = int(getattr(states, "grads_head", 0))
+    other = int(getattr(states, "grads_other", 0))
+    if moment.startswith("optimizer") or moment.endswith("embeddings"):
+        return int(states.gradients)
+    if moment == "backward: first block":
+        return min(int(states.gradients), head + other + int(getattr(states, "grads_per_layer", 0)) * _layers(states))
+    if moment == "backward: last block":
+        return head + other
+    if moment == "backward: lm_head":
+        return head
+    return 0
+
+
+def _layers(states: Any) -> int:
+    """Blocks with gradients: (all gradients - head - embeddings - other) / one block's, when known."""
+    per = int(getattr(states, "grads_per_layer", 0))
+    if per <= 0:
+        return 0
+    rest = int(states.gradients) - int(getattr(states, "grads_head", 0)) - int(getattr(states, "grads_embed", 0)) \
+        - int(getattr(states, "grads_other", 0))
+    return max(0, rest // per)
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -82,7 +82,9 @@ def fit_table(report: FitReport) -> Group:
     if report.skipped:
         lines.append(Text("Skipped: " + "; ".join(f"{s.action} ({s.reason})" for s in report.skipped), style="dim"))
     lines.append(Text(f"Time factors: checkpointing x{report.time_model.checkpoint_factor:.2f} "
-                      f"({report.time_model.source}); others as documented in memfit.advise.costs.", style="dim"))
+                      f"({report.time_model.source}); others as documented in memfit.advise.costs. Fits = the "
+                      "estimated peak allocated (torch.cuda.max_memory_allocated) within the budget; the headroom "
+                      "covers the CUDA context and the allocator's reserve.", style="dim"))
     return Group(*lines)
 
 
