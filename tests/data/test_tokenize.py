@@ -154,3 +154,10 @@ def test_tokenized_example_is_frozen() -> None:
     with pytest.raises(AttributeError):
         e.labels = []  # type: ignore[misc]
     assert json.loads(json.dumps(e.to_dict())) == {"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}
+
+
+def test_fields_inferred_when_none_named(qwen3: object, chats: list[dict]) -> None:
+    named = tokenize_records(qwen3, chats[:20], messages="conversations", progress=False)
+    assert tokenize_records(qwen3, chats[:20], progress=False) == named
+    with pytest.raises(MemfitError, match="--prompt FIELD --completion FIELD"):
+        tokenize_records(qwen3, [{"question": "q", "answer": "a"}], progress=False)

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memfit.data.load import FieldSpec, normalise_messages
+from memfit.data.load import FieldSpec, infer_fields, normalise_messages
 from memfit.errors import MemfitError
 
 if TYPE_CHECKING:
@@ -83,8 +83,14 @@ def tokenize_records(
     """Tokenise ``records`` (one example each, in order) in one of the three layouts (module docstring).
 
     ``add_eos`` appends EOS in the text and prompt/completion layouts (chats end as their template says).
+    With no field named, the fields are inferred as :func:`memfit.data.load.infer_fields` does.
     """
     spec = FieldSpec(text=text, prompt=prompt, completion=completion, messages=messages)
+    if spec.mode == "none" and records:  # the same inference as load_records
+        seen: dict[str, None] = {}
+        for r in records[:1000]:
+            seen.update(dict.fromkeys(map(str, r)))
+        spec = infer_fields(list(seen))
     eos = tokenizer.eos_token_id if add_eos else None
     with _Progress(len(records), enabled=progress) as bar:
         if spec.mode == "text":
@@ -196,12 +202,13 @@ def _template_markers(tokenizer: PreTrainedTokenizerBase) -> tuple[str, list[str
         gen = str(tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True))
         full = str(tokenizer.apply_chat_template(
             [*probe, {"role": "assistant", "content": "memfit-probe-answer"}], tokenize=False))
-    except Exception:  # a template that rejects the probe: fall back to content-only spans
-        return "", _special_strings(tokenizer)
+    except Exception:  # a template that rejects the probe: content spans, plus EOS when it follows
+        eos = getattr(tokenizer, "eos_token", None)
+        return "", [str(eos)] if eos else []
     gen_prompt = gen[len(bare):].lstrip("\n") if gen.startswith(bare) else ""
     after = full.split("memfit-probe-answer", 1)[1] if "memfit-probe-answer" in full else ""
     specials = [s for s in _special_strings(tokenizer) if after.lstrip().startswith(s)]
-    return gen_prompt, specials or _special_strings(tokenizer)
+    return gen_prompt, specials[:1]  # the longest special token that ends an assistant turn, if any
 
 
 def _special_strings(tokenizer: PreTrainedTokenizerBase) -> list[str]:
