@@ -57,3 +57,19 @@ def test_fit_errors_are_one_line(capsys) -> None:
     assert "--tokenizer" in capsys.readouterr().err
     assert main(["fit", "llama-2-7b", "--gpu", "24GiB", "--headroom", "lots"]) == 1
     assert "--headroom" in capsys.readouterr().err
+
+
+def test_fit_uses_a_measured_checkpointing_factor(capsys, tmp_path) -> None:
+    m = tmp_path / "measure.json"
+    m.write_text(json.dumps({"runs": [
+        {"batch": 2, "seq": 256, "checkpointing": "none", "step_seconds": 1.0},
+        {"batch": 2, "seq": 256, "checkpointing": "full", "step_seconds": 1.27},
+    ]}))
+    code = main(["fit", "llama-2-7b", "--gpu", "24GiB", "--rank", "64", "--batch", "4", "--measurement", str(m),
+                 "--no-search", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    step = d["steps"][0]
+    assert step["action"] == "checkpointing" and step["time_factor"] == 1.27
+    assert "x1.27" in step["cost"] and "measured" in step["cost"]
+    assert d["time_model"]["checkpoint_factor"] == 1.27

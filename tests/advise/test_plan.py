@@ -184,3 +184,10 @@ def test_measured_checkpointing_factor_replaces_the_model() -> None:
     assert step.action == "checkpointing" and step.time_factor == 1.25
     assert "x1.25" in step.cost and "measured" in step.cost
     assert report.final_cost.time_factor == pytest.approx(1.25)
+
+
+def test_breakdown_bytes(lesson) -> None:
+    _, report = lesson
+    b = report.breakdown()
+    assert b["initial/peak"] - b["steps/1-checkpointing/saved"] == b["steps/1-checkpointing/peak"] == b["final/peak"]
+    assert b["budget"] == BUDGET_24GIB

@@ -235,6 +235,18 @@ class FitReport:
     def fits(self) -> bool:
         return self.final_peak_bytes <= self.budget_bytes
 
+    def breakdown(self) -> dict[str, int]:
+        """Hierarchical byte keys: ``initial/peak``, ``steps/1-checkpointing/peak`` and ``/saved``, ...,
+        ``final/peak``, ``cheapest/peak``, ``budget``."""
+        out = {"budget": self.budget_bytes, "initial/peak": self.initial_peak_bytes}
+        for i, s in enumerate(self.steps, 1):
+            out[f"steps/{i}-{s.action}/peak"] = s.peak_bytes
+            out[f"steps/{i}-{s.action}/saved"] = s.saved_bytes
+        out["final/peak"] = self.final_peak_bytes
+        if self.cheapest.peak_bytes is not None:
+            out["cheapest/peak"] = self.cheapest.peak_bytes
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "fits_initially": self.fits_initially,
