@@ -216,3 +216,12 @@ def test_every_token_and_label_appears_exactly_once() -> None:
     # Guard against passing vacuously: many rows really held several examples.
     assert seen["multi"] >= 100, seen
     assert seen["examples"] >= 500, seen
+
+
+def test_bfd_with_rows_longer_than_65535_tokens() -> None:
+    # max_len >= 2**16 sorts with int64 keys instead of uint16: same answer as the textbook.
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(1, 70_000, size=120).tolist()
+    ours = pack_lengths(lengths, 70_000)
+    assert len(ours) == len(textbook_bfd(lengths, 70_000))
+    assert all(sum(lengths[i] for i in b) <= 70_000 for b in ours)
