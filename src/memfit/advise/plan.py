@@ -32,7 +32,8 @@ Every combination of the knobs above (checkpointing none/full/every-2/sqrt, ever
 dividing the effective batch, packing, sequence lengths, method, ranks, attention kernels, loss, sharding)
 is ranked by :class:`memfit.advise.costs.Cost` (what it gives up in the lesson's order of reluctance, then
 the step-time factor) and estimated in that order; the first that fits is the cheapest (ties in cost go to
-the fewest changed knobs, then the smallest peak). Thousands of candidates; typically a few hundred estimates.
+the fewest changed knobs, then the fewest needing more than a transformers flag, then the smallest peak).
+Thousands of candidates; typically tens to a few hundred estimates.
 """
 
 from __future__ import annotations
@@ -657,7 +658,7 @@ def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: Time
     n = len(costed)
     if all(ev.peak(m) > budget for m in minimal_setups(initial, data=data, gpus=ev.gpus)):
         return Cheapest(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=ev.estimates)
-    best: tuple[tuple[int, int], int, Setup, Cost] | None = None
+    best: tuple[tuple[int, int, int], int, Setup, Cost] | None = None
     best_key = None
     for i, (cost, setup) in enumerate(costed):
         if best_key is not None and cost.key() != best_key:
@@ -665,7 +666,7 @@ def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: Time
         peak = ev.peak(setup)
         if progress is not None and i % 64 == 0:
             progress(i, n)
-        tie = (len(setup_changes(initial, setup)), peak)  # equal cost: fewer changes, then the smaller peak
+        tie = (len(setup_changes(initial, setup)), _extras(initial, setup), peak)
         if peak <= budget and (best is None or tie < best[0]):
             best = (tie, peak, setup, cost)
             best_key = cost.key()
@@ -676,6 +677,15 @@ def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: Time
     _, peak, setup, cost = best
     return Cheapest(setup=setup, peak_bytes=peak, cost=cost, candidates=n, evaluated=ev.estimates,
                     changes=setup_changes(initial, setup), needs=tuple(requirements(initial, setup)))
+
+
+def _extras(initial: Setup, setup: Setup) -> int:
+    """Changed knobs that need more than a transformers / PEFT flag: segment checkpointing (every-k, sqrt),
+    flash-attn, a fused cross-entropy kernel."""
+    a, b = initial.spec, setup.spec
+    return (int(b.checkpointing != a.checkpointing and b.checkpointing in ("every-k", "sqrt"))
+            + int(b.attention != a.attention and b.attention == "flash")
+            + int(b.loss != a.loss and b.loss == "chunked"))
 
 
 def requirements(initial: Setup, setup: Setup) -> list[str]:
