@@ -92,6 +92,6 @@ def test_sharding_a_real_estimate_never_raises_the_peak() -> None:
     peaks = [shard_peak(est, shape, est.spec, z, 8).peak_bytes for z in ("none", "zero1", "zero2", "zero3")]
     assert peaks[0] == est.peak_bytes
     assert peaks[0] > peaks[1] >= peaks[2] > peaks[3]  # full fine-tuning: the model states dominate
-    # zero2 can save at most the optimizer and gradients' 7/8
+    # zero2 can save at most 7/8 of the optimizer states, the gradients and the optimizer step's scratch
     st = est.model_states
-    assert peaks[0] - peaks[2] <= (st.optimizer + st.gradients) * 7 // 8 + 2
+    assert peaks[0] - peaks[2] <= (st.optimizer + st.gradients + est.components["temporaries"]) * 7 // 8 + 3
