@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -29,9 +30,13 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output"
 
 
 def _model_positional(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Keep the optional MODEL argument positional (``spec_options`` makes defaulted parameters keyword-only)."""
+    """Keep the optional MODEL argument positional (``spec_options`` makes defaulted parameters keyword-only)
+    and hand typer real annotation objects."""
     sig = inspect.signature(fn)
-    params = list(sig.parameters.values())
+    # resolve this module's string annotations (``from __future__ import annotations``) here, where their
+    # names (JsonFlag ...) exist; typer would otherwise look them up in the decorator's module
+    hints = typing.get_type_hints(inspect.unwrap(fn), include_extras=True)
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
     model = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params if p.name == "model"]
     fn.__signature__ = sig.replace(parameters=model + [p for p in params if p.name != "model"])  # type: ignore[attr-defined]
     return fn

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memfit.errors import MemfitError
-from memfit.estimate.lora import adapted_linears, lora_rank
+from memfit.estimate.lora import adapted_linears, block_linears_by_path, lora_rank
 from memfit.estimate.shape import Linear, ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -47,16 +47,24 @@ INT64 = 8
 
 @dataclass(slots=True)
 class _T:
-    """An abstract tensor: element count, bytes per element, requires_grad, storage id."""
+    """An abstract tensor: element count, bytes per element, requires_grad, storage id and storage size.
+
+    A view (``qkv[..., :q]``, ``chunk``) shares the storage id and size of its base: saving any view keeps
+    the whole storage alive.
+    """
 
     numel: int
     bpe: int
     rg: bool
     sid: int
+    sbytes: int = 0
 
     @property
     def nbytes(self) -> int:
-        return self.numel * self.bpe
+        return self.sbytes or self.numel * self.bpe
+
+    def view(self, numel: int) -> _T:
+        return _T(numel, self.bpe, self.rg, self.sid, self.nbytes)
 
 
 @dataclass(slots=True)
@@ -300,6 +308,8 @@ class _Block:
             half = ctx.new(x.numel, x.bpe, x.rg)
             one_t = ctx.new(x.numel, x.bpe, x.rg)
             return ctx.mul(half, one_t, comp)
+        if name == "relu":
+            return ctx.unary_saving_output(x, comp)  # threshold_backward reads the result
         return ctx.unary_saving_input(x, comp)
 
     # ---- attention kernels ----------------------------------------------------------------
@@ -310,7 +320,7 @@ class _Block:
         a, kv, d = s.n_heads, s.n_kv_heads, s.head_dim
         scores = b * a * sq * sq
         impl = spec.attention
-        if impl == "eager" or (impl == "sdpa" and spec.padding_mask and spec.device == "cpu" and False):
+        if impl == "eager":
             rep = a // kv
             if rep > 1 and s.model_type not in ("gpt2", "gpt_neox", "opt"):
                 k = ctx.new(b * a * sq * d, k.bpe, k.rg)
@@ -333,35 +343,32 @@ class _Block:
         # sdpa (flash / memory-efficient kernels) and flash-attention-2
         if ctx.autocast:
             q, k, v = ctx.cast(q, ctx.c), ctx.cast(k, ctx.c), ctx.cast(v, ctx.c)
-        gqa_native = impl == "flash" or (spec.device == "cpu" and not spec.padding_mask and d <= 256)
+        # transformers passes enable_gqa=True to sdpa when there is no mask and head_dim <= 256; otherwise
+        # it repeats k and v to all heads (copies) before the call
+        gqa_native = impl == "flash" or (not spec.padding_mask and d <= 256)
         if a != kv and not gqa_native:
             k = ctx.new(b * a * sq * d, k.bpe, k.rg)
             v = ctx.new(b * a * sq * d, v.bpe, v.rg)
         rg = q.rg or k.rg or v.rg
         out = ctx.new(b * a * sq * d, q.bpe, rg)
         if rg:
-            if spec.padding_mask and impl == "sdpa" and spec.device == "cuda":
-                # a padding mask sends CUDA sdpa to the memory-efficient kernel (keeps output + lse) or,
-                # for unsupported shapes, to the math path; memfit assumes the efficient kernel.
-                pass
             for t in (q, k, v, out):
                 ctx.save(t, f"{comp}/kernel")
+            if spec.padding_mask and impl == "sdpa":
+                # the additive (b, 1, s, s) mask in the compute dtype, expanded per call and kept by the kernel
+                ctx.save(ctx.new(b * sq * sq, ctx.c, False), f"{comp}/mask")
             lse = ctx.new(b * a * sq, FP32, False)
             ctx.save(lse, f"{comp}/kernel")
-        if impl == "sdpa" and spec.device == "cuda" and spec.attention != "flash":
-            pass
         # output is (b, a, s, d) -> transpose(1, 2).contiguous()? sdpa returns a (b, s, a, d) view; transformers
         # transposes it back and reshapes: for the CPU kernel the result is already contiguous in (b, s, a, d).
-        return _T(b * sq * a * d, out.bpe, out.rg, out.sid)
+        return out.view(b * sq * a * d)
 
     def rope(self, x: _T, cos: _T, sin: _T, comp: str) -> _T:
         """x * cos + rotate_half(x) * sin (on the rotary slice; the rest is concatenated back)."""
         ctx = self.ctx
         frac = self.s.rotary_fraction
         if frac < 1.0:
-            rot = ctx.new(int(x.numel * frac), x.bpe, x.rg)  # a view in fact; the product is what matters
-            rot_sid = x.sid
-            rot = _T(rot.numel, rot.bpe, rot.rg, rot_sid)
+            rot = x.view(int(x.numel * frac))  # x[..., :rotary_dim]
         else:
             rot = x
         a = ctx.mul(rot, cos, f"{comp}/rope", out_numel=rot.numel)
@@ -381,16 +388,16 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
                    lora: dict[str, Linear]) -> _T:
     """Replay one decoder block; returns the block output (the next block's input)."""
     blk = _Block(shape, spec, ctx, lora)
-    lins = {lin.path: lin for lin in shape.linears()}
+    lins = block_linears_by_path(shape)
     T, h, t = blk.T, shape.hidden, shape.model_type
     a, kv, d = shape.n_heads, shape.n_kv_heads, shape.head_dim
 
     if t == "gpt2":
         n1 = blk.layernorm(x, "norm")
         qkv = blk.lin(n1, lins["attn.c_attn"], "attention/qkv")
-        q = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
-        k = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
-        v = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        q = qkv.view(T * h)
+        k = qkv.view(T * h)
+        v = qkv.view(T * h)
         if spec.attention == "eager":
             # gpt2's eager path: matmul on views of the fused qkv output (transposes copy for bmm)
             q = ctx.new(T * h, qkv.bpe, qkv.rg)
@@ -408,9 +415,9 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
     if t == "gpt_neox":
         n1 = blk.layernorm(x, "norm")
         qkv = blk.lin(n1, lins["attention.query_key_value"], "attention/qkv")
-        q = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
-        k = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
-        v = _T(T * h, qkv.bpe, qkv.rg, qkv.sid)
+        q = qkv.view(T * h)
+        k = qkv.view(T * h)
+        v = qkv.view(T * h)
         assert cos is not None and sin is not None
         q = blk.rope(q, cos, sin, "attention")
         k = blk.rope(k, cos, sin, "attention")
@@ -448,9 +455,9 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
     n1 = blk.rmsnorm(x, h, "norm", gemma=gemma)
     if t == "phi3":
         qkv = blk.lin(n1, lins["self_attn.qkv_proj"], "attention/qkv")
-        q = _T(T * a * d, qkv.bpe, qkv.rg, qkv.sid)
-        k = _T(T * kv * d, qkv.bpe, qkv.rg, qkv.sid)
-        v = _T(T * kv * d, qkv.bpe, qkv.rg, qkv.sid)
+        q = qkv.view(T * a * d)
+        k = qkv.view(T * kv * d)
+        v = qkv.view(T * kv * d)
     else:
         q = blk.lin(n1, lins["self_attn.q_proj"], "attention/q")
         k = blk.lin(n1, lins["self_attn.k_proj"], "attention/k")
@@ -471,8 +478,8 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
         f = _moe(blk, n2, lins, lora)
     elif t == "phi3":
         gu = blk.lin(n2, lins["mlp.gate_up_proj"], "mlp/gate_up")
-        gate = _T(T * shape.intermediate, gu.bpe, gu.rg, gu.sid)
-        up = _T(T * shape.intermediate, gu.bpe, gu.rg, gu.sid)
+        gate = gu.view(T * shape.intermediate)
+        up = gu.view(T * shape.intermediate)
         g = blk.act(gate, "mlp/act")
         f = ctx.mul(up, g, "mlp/mul")
         f = blk.lin(f, lins["mlp.down_proj"], "mlp/down")
@@ -510,8 +517,8 @@ def _moe(blk: _Block, x: _T, lins: dict[str, Linear], lora: dict[str, Linear]) -
         ctx.save(ctx.new(Tk, INT64, False), "moe/dispatch")
     gathered = ctx.new(Tk * h, x.bpe, x.rg)
     gu = blk.lin(gathered, lins["mlp.experts.gate_up_proj"], "moe/gate_up", rows=Tk)
-    gate = _T(Tk * i, gu.bpe, gu.rg, gu.sid)
-    up = _T(Tk * i, gu.bpe, gu.rg, gu.sid)
+    gate = gu.view(Tk * i)
+    up = gu.view(Tk * i)
     g = blk.act(gate, "moe/act")
     f = ctx.mul(g, up, "moe/mul")
     f = blk.lin(f, lins["mlp.experts.down_proj"], "moe/down", rows=Tk)
@@ -550,7 +557,8 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         ctx.save(ids, "embedding")
     x = ctx.new(T * shape.embed_dim, resid_b, embed_trained)
     if shape.position == "learned":
-        pos_ids = ctx.new(spec.seq, INT64, False)
+        # GPT-2 builds position ids as (1, s); OPT as (b, s) from the attention mask
+        pos_ids = ctx.new(spec.seq * (spec.batch if shape.model_type == "opt" else 1), INT64, False)
         if embed_trained:
             ctx.save(pos_ids, "embedding")
         x = ctx.add(x, ctx.new(spec.seq * h, resid_b, embed_trained))

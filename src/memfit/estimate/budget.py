@@ -32,7 +32,7 @@ judged on ``reserved_bytes`` against the GPU's memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
@@ -66,7 +66,7 @@ class MemoryEstimate:
     """The analytic memory budget of one training step (integer bytes throughout)."""
 
     spec: RunSpec
-    model: str
+    shape: ModelShape
     peak_bytes: int
     peak_phase: str  # "forward" | "backward" | "optimizer"
     peak_moment: str  # e.g. "backward: loss (log-softmax gradient)"
@@ -78,7 +78,10 @@ class MemoryEstimate:
     reserved_bytes: int  # CUDA: what the caching allocator reserves + context (see module docstring)
     gpu: GpuSpec | None
     rule_of_thumb_bytes: int
-    explanation: tuple[Explanation, ...] = field(default_factory=tuple)
+
+    @property
+    def model(self) -> str:
+        return self.shape.name
 
     @property
     def gpu_bytes(self) -> int | None:
@@ -112,7 +115,10 @@ class MemoryEstimate:
         return out
 
     def explain(self) -> tuple[Explanation, ...]:
-        return self.explanation
+        """The formula and the numbers behind each component (computed on demand)."""
+        from memfit.estimate.explain import explain_estimate
+
+        return explain_estimate(self.shape, self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,12 +217,9 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
         reserved = (peak + int(peak * ALLOCATOR_OVERHEAD_FRACTION) + ALLOCATOR_OVERHEAD_BYTES
                     + CUDA_CONTEXT_BYTES)
     rot = rule_of_thumb_activation_bytes(shape.n_layers, spec.batch, spec.seq, shape.hidden)
-    est = MemoryEstimate(
-        spec=spec, model=shape.name, peak_bytes=peak, peak_phase=peak_key.split(":")[0],
+    return MemoryEstimate(
+        spec=spec, shape=shape, peak_bytes=peak, peak_phase=peak_key.split(":")[0],
         peak_moment=peak_key, components=comps, model_states=st, activations=act,
         activation_bytes=act.total, moments=totals, reserved_bytes=reserved, gpu=gpu,
-        rule_of_thumb_bytes=rot, explanation=(),
+        rule_of_thumb_bytes=rot,
     )
-    from memfit.estimate.explain import explain_estimate
-
-    return replace(est, explanation=explain_estimate(shape, est))

@@ -24,11 +24,24 @@ original (PEFT's ``ModulesToSaveWrapper``).
 
 from __future__ import annotations
 
+from functools import cache
+
 from memfit.errors import MemfitError
 from memfit.estimate.shape import DEFAULT_LORA_TARGETS, Linear, ModelShape
 from memfit.estimate.spec import ALL_LINEAR, RunSpec
 
 _TOP_MODULES = ("embed_tokens", "lm_head")
+
+
+@cache
+def block_linears(shape: ModelShape) -> tuple[Linear, ...]:
+    """``shape.linears()``, memoised (estimates run thousands of times per second in ``memfit fit``)."""
+    return shape.linears()
+
+
+@cache
+def block_linears_by_path(shape: ModelShape) -> dict[str, Linear]:
+    return {lin.path: lin for lin in shape.linears()}
 
 
 def lora_targets(shape: ModelShape, spec: RunSpec) -> tuple[str, ...]:
@@ -46,7 +59,7 @@ def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
     if not spec.is_adapter:
         return ()
     targets = lora_targets(shape, spec)
-    lins = shape.linears()
+    lins = block_linears(shape)
     if targets == (ALL_LINEAR,):
         return lins
     chosen = []

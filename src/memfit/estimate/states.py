@@ -25,9 +25,10 @@ AdamW also keeps one ``step`` tensor per parameter tensor: fp32 0-dim, on the CP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
-from memfit.estimate.lora import adapted_linears, lora_linear_params, lora_rank, modules_to_save_params
-from memfit.estimate.params import count_params
+from memfit.estimate.lora import adapted_linears, block_linears, lora_linear_params, lora_rank, modules_to_save_params
+from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -68,6 +69,11 @@ class ModelStates:
         return out
 
 
+@cache
+def _count(shape: ModelShape) -> ParamCount:
+    return count_params(shape)
+
+
 def nf4_bytes(numel: int, double_quant: bool) -> int:
     """bitsandbytes NF4 storage of ``numel`` weights: 4 bits each plus the per-64-block absmax constants.
 
@@ -106,12 +112,12 @@ def optimizer_bytes(tensor_numels: list[tuple[int, int]], spec: RunSpec) -> int:
 
 def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     """Weights, gradients and optimizer states of the run; see the module docstring."""
-    pc = count_params(shape)
+    pc = _count(shape)
     w = spec.weight_bytes
     tensors: list[tuple[int, int]] = []  # (numel, bytes per element) of each trainable tensor
     per_layer_tensors: list[tuple[int, int]] = []
     if spec.method == "full":
-        for lin in shape.linears():
+        for lin in block_linears(shape):
             per_layer_tensors.append((lin.weight_numel, w))
             if lin.bias:
                 per_layer_tensors.append((lin.out_features * lin.experts, w))
@@ -150,7 +156,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     tensors = per_layer_tensors * shape.n_layers + head_t + emb_t
     trainable_bytes = lora_params * FP32 + mts * mts_b
     if spec.method == "qlora":
-        lin_numel = sum(lin.weight_numel for lin in shape.linears()) * shape.n_layers
+        lin_numel = sum(lin.weight_numel for lin in block_linears(shape)) * shape.n_layers
         frozen = nf4_bytes(lin_numel, spec.double_quant) + (pc.total - lin_numel) * FP32
     else:
         frozen = pc.total * w
