@@ -200,3 +200,16 @@ def test_cli_bad_input_is_one_red_line(tmp_path: Path, capsys: pytest.CaptureFix
     rc, out, err = _run(["lengths", str(p), "--tokenizer", str(QWEN3), *flags], capsys)
     assert rc == 1 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_empty_examples_are_counted_not_measured(tmp_path: Path) -> None:
+    from memfit.data.lengths import analyse_lengths
+    from memfit.errors import MemfitError
+
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"text": "one two"}\n{"text": ""}\n{"text": "three"}\n')
+    neox = SHARED / "tokenizers" / "gpt-neox-20b" / "tokenizer.json"  # no BOS/EOS: "" has no tokens
+    r = analyse_lengths(p, neox, text="text", seq_len=16, batch=2)
+    assert r.count == 2 and [(s.line, s.reason) for s in r.skipped] == [(2, "tokenises to no tokens")]
+    with pytest.raises(MemfitError, match="--seq-len must be a positive integer"):
+        analyse_lengths(p, neox, text="text", seq_len=0)

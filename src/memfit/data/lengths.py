@@ -227,6 +227,9 @@ def analyse_lengths(
     from memfit.data.tokenize import tokenize_records
     from memfit.data.tokenizer import load_tokenizer, tokenizer_name
 
+    for flag, value in (("--seq-len", seq_len), ("--batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MemfitError(f"{flag} must be a positive integer, got {value!r}")
     loaded = load_records(data, text=text, prompt=prompt, completion=completion, messages=messages)
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
     spec = loaded.spec
