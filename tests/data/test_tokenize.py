@@ -161,3 +161,31 @@ def test_fields_inferred_when_none_named(qwen3: object, chats: list[dict]) -> No
     assert tokenize_records(qwen3, chats[:20], progress=False) == named
     with pytest.raises(MemfitError, match="--prompt FIELD --completion FIELD"):
         tokenize_records(qwen3, [{"question": "q", "answer": "a"}], progress=False)
+
+
+STRICT = ("{%- for m in messages %}{%- if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+          "{{ raise_exception('roles must alternate user/assistant') }}{%- endif %}"
+          "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor %}")
+
+
+def test_chats_the_template_rejects_are_named_or_counted(qwen3: object, tmp_path: Path) -> None:
+    from memfit.data.lengths import analyse_lengths
+
+    good = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]
+    bad = [{"from": "gpt", "value": "I start"}, {"from": "human", "value": "hi"}, {"from": "gpt", "value": "ok"}]
+    p = tmp_path / "c.jsonl"
+    p.write_text("\n".join(json.dumps({"conversations": c}) for c in (good, bad, good)) + "\n")
+    original = qwen3.chat_template
+    qwen3.chat_template = STRICT
+    try:
+        with pytest.raises(MemfitError, match="rejects chat 1: roles must alternate"):
+            tokenize_records(qwen3, [{"m": c} for c in (good, bad)], messages="m", progress=False)
+        rejected: dict[int, str] = {}
+        ex = tokenize_records(qwen3, [{"m": c} for c in (good, bad)], messages="m", progress=False,
+                              rejected=rejected)
+        assert list(rejected) == [1] and len(ex[1]) == 0 and len(ex[0]) > 0
+        r = analyse_lengths(p, qwen3, messages="conversations", seq_len=64, batch=2)
+        assert r.count == 2 and [s.line for s in r.skipped] == [2]
+        assert "roles must alternate" in r.skipped[0].reason
+    finally:
+        qwen3.chat_template = original

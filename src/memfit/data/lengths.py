@@ -233,12 +233,14 @@ def analyse_lengths(
     loaded = load_records(data, text=text, prompt=prompt, completion=completion, messages=messages)
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
     spec = loaded.spec
+    rejected: dict[int, str] = {}
     examples = tokenize_records(tok, loaded.records, text=spec.text, prompt=spec.prompt,
-                                completion=spec.completion, messages=spec.messages, progress=progress)
+                                completion=spec.completion, messages=spec.messages, progress=progress,
+                                rejected=rejected)
     empty = [i for i, e in enumerate(examples) if len(e) == 0]
     skipped = list(loaded.skipped)
-    if empty:  # nothing to train on: counted, not analysed
-        skipped += [Skipped(line=loaded.lines[i], reason="tokenises to no tokens") for i in empty]
+    if empty:  # nothing to train on (or a chat the template rejects): counted, not analysed
+        skipped += [Skipped(line=loaded.lines[i], reason=rejected.get(i, "tokenises to no tokens")) for i in empty]
         skipped.sort(key=lambda s: s.line)
         drop = set(empty)
         examples = [e for i, e in enumerate(examples) if i not in drop]

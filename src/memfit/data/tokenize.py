@@ -79,11 +79,14 @@ def tokenize_records(
     messages: str | None = None,
     progress: bool = True,
     add_eos: bool = True,
+    rejected: dict[int, str] | None = None,
 ) -> list[TokenizedExample]:
     """Tokenise ``records`` (one example each, in order) in one of the three layouts (module docstring).
 
     ``add_eos`` appends EOS in the text and prompt/completion layouts (chats end as their template says).
     With no field named, the fields are inferred as :func:`memfit.data.load.infer_fields` does.
+    A chat the template rejects raises a MemfitError naming it; pass a ``rejected`` dict to collect such
+    chats there instead (index -> reason), each standing in the output as an empty example.
     """
     spec = FieldSpec(text=text, prompt=prompt, completion=completion, messages=messages)
     if spec.mode == "none" and records:  # the same inference as load_records
@@ -112,12 +115,18 @@ def tokenize_records(
                 out.append(TokenizedExample(input_ids=p + c, labels=[IGNORE_INDEX] * len(p) + c))
             return out
         if spec.mode == "messages":
-            return _tokenize_chats(tokenizer, [r[spec.messages] for r in records], bar)
+            return _tokenize_chats(tokenizer, [r[spec.messages] for r in records], bar, rejected)
     raise MemfitError("name the fields to tokenise: text=, prompt= and completion=, or messages=")
 
 
-def render_chats(tokenizer: PreTrainedTokenizerBase, chats: Sequence[Any]) -> list[str]:
-    """Each chat rendered to text with the tokenizer's chat template (no generation prompt)."""
+def render_chats(tokenizer: PreTrainedTokenizerBase, chats: Sequence[Any],
+                 rejected: dict[int, str] | None = None) -> list[str]:
+    """Each chat rendered to text with the tokenizer's chat template (no generation prompt).
+
+    A chat the template rejects (e.g. roles that do not alternate, for templates that insist) raises a
+    MemfitError naming it; when a ``rejected`` dict is given it is recorded there (index -> reason) and
+    rendered as ``""`` instead.
+    """
     if not getattr(tokenizer, "chat_template", None):
         raise MemfitError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')} has no chat template, so "
                           "--messages cannot be rendered: use a tokenizer with one (e.g. an instruct model's) "
@@ -128,7 +137,10 @@ def render_chats(tokenizer: PreTrainedTokenizerBase, chats: Sequence[Any]) -> li
         try:
             out.append(str(tokenizer.apply_chat_template(msgs, tokenize=False)))
         except Exception as exc:  # jinja raises TemplateError for chats the template rejects
-            raise MemfitError(f"the chat template rejects chat {i}: {exc}") from exc
+            if rejected is None:
+                raise MemfitError(f"the chat template rejects chat {i}: {exc}") from exc
+            rejected[i] = f"the chat template rejects it: {exc}"
+            out.append("")
     return out
 
 
@@ -218,14 +230,25 @@ def _special_strings(tokenizer: PreTrainedTokenizerBase) -> list[str]:
     return sorted(names, key=len, reverse=True)
 
 
-def _tokenize_chats(tokenizer: PreTrainedTokenizerBase, chats: list[Any], bar: _Progress) -> list[TokenizedExample]:
+def _tokenize_chats(tokenizer: PreTrainedTokenizerBase, chats: list[Any], bar: _Progress,
+                    rejected: dict[int, str] | None) -> list[TokenizedExample]:
     msgs_list = [normalise_messages(c) for c in chats]
-    texts = render_chats(tokenizer, msgs_list)
+    texts = render_chats(tokenizer, msgs_list, rejected)
     markers = _template_markers(tokenizer)
     ids_list, offs_list = _encode(texts, tokenizer, special=False, bar=bar, offsets=True)
     out = []
-    for msgs, text, ids, offs in zip(msgs_list, texts, ids_list, offs_list, strict=True):
-        spans = assistant_spans(tokenizer, msgs, text, markers=markers)
+    for i, (msgs, text, ids, offs) in enumerate(zip(msgs_list, texts, ids_list, offs_list, strict=True)):
+        if rejected is not None and i in rejected:
+            out.append(TokenizedExample(input_ids=[], labels=[]))
+            continue
+        try:
+            spans = assistant_spans(tokenizer, msgs, text, markers=markers)
+        except MemfitError as exc:
+            if rejected is None:
+                raise MemfitError(f"chat {i}: {exc}") from exc
+            rejected[i] = str(exc)
+            out.append(TokenizedExample(input_ids=[], labels=[]))
+            continue
         labels = [IGNORE_INDEX] * len(ids)
         s = 0
         for j, (a, _b) in enumerate(offs):
