@@ -86,6 +86,16 @@ class _Ctx:
     param_sids: set[int] = field(default_factory=set)
     next_sid: int = 0
     transient: int = 0  # largest short-lived extra seen inside the layer (forward)
+    saved_total: int = 0  # running sum of saved bytes (forward order)
+    events: list[tuple[int, int]] = field(default_factory=list)  # (saved_total after op, backward transient)
+
+    def op(self, inputs: tuple[_T, ...], out: _T) -> _T:
+        """Record an op for the backward replay: when its backward runs, the gradient of its output and
+        of each input that requires grad are alive at once, beside every tensor saved up to this op."""
+        if out.rg:
+            grads = out.numel * out.bpe + sum(i.numel * i.bpe for i in inputs if i.rg)
+            self.events.append((self.saved_total, grads))
+        return out
 
     def new(self, numel: int, bpe: int, rg: bool) -> _T:
         self.next_sid += 1
@@ -95,6 +105,7 @@ class _Ctx:
         if t.sid in self.saved or t.sid in self.param_sids:
             return
         self.saved[t.sid] = (t.nbytes, comp)
+        self.saved_total += t.nbytes
 
     # ---- ops ------------------------------------------------------------------------------
     def cast(self, t: _T, bpe: int) -> _T:
@@ -115,25 +126,26 @@ class _Ctx:
             self.save(xc, comp)
         if xc.rg:
             self.save(wt, comp + "/weight_copy" if wt.sid not in self.param_sids else comp)
-        return self.new(out_numel, self.c if self.autocast else xc.bpe, x.rg or w.rg)
+        return self.op((xc,), self.new(out_numel, self.c if self.autocast else xc.bpe, x.rg or w.rg))
 
     def mul(self, a: _T, b: _T, comp: str, out_numel: int | None = None) -> _T:
         if a.rg:
             self.save(b, comp)
         if b.rg:
             self.save(a, comp)
-        return self.new(out_numel or max(a.numel, b.numel), max(a.bpe, b.bpe), a.rg or b.rg)
+        out = self.new(out_numel or max(a.numel, b.numel), max(a.bpe, b.bpe), a.rg or b.rg)
+        return self.op((a, b), out)
 
     def unary_saving_input(self, x: _T, comp: str) -> _T:
         if x.rg:
             self.save(x, comp)
-        return self.new(x.numel, x.bpe, x.rg)
+        return self.op((x,), self.new(x.numel, x.bpe, x.rg))
 
     def unary_saving_output(self, x: _T, comp: str, bpe: int | None = None) -> _T:
         out = self.new(x.numel, bpe or x.bpe, x.rg)
         if x.rg:
             self.save(out, comp)
-        return out
+        return self.op((x,), out)
 
     def add(self, a: _T, b: _T) -> _T:
         return self.new(max(a.numel, b.numel), max(a.bpe, b.bpe), a.rg or b.rg)
@@ -145,7 +157,7 @@ class _Ctx:
             self.save(a, comp)
         if a.rg:
             self.save(b, comp)
-        return self.new(out_numel, max(a.bpe, b.bpe), a.rg or b.rg)
+        return self.op((a, b), self.new(out_numel, max(a.bpe, b.bpe), a.rg or b.rg))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,6 +186,9 @@ class ActivationBytes:
     layer_input: int  # one block's input (b*s*h in the residual dtype): what a checkpoint keeps
     logits_bytes: int  # b*s*V in the logits' dtype (compute dtype)
     logits_fp32: int  # b*s*V*4: the upcast logits, the log-softmax output, and each of their grads
+    backward_first: int = 0  # block 0's saved bytes + gradients alive at the widest op of its backward
+    backward_per: int = 0  # the same for a typical block
+    input_saved: int = 0  # bytes of a block's input that the block itself saves (a checkpoint aliases it)
 
     @property
     def layers(self) -> int:
@@ -359,6 +374,7 @@ class _Block:
                 ctx.save(ctx.new(b * sq * sq, ctx.c, False), f"{comp}/mask")
             lse = ctx.new(b * a * sq, FP32, False)
             ctx.save(lse, f"{comp}/kernel")
+            ctx.op((q, k, v), out)
         # output is (b, a, s, d) -> transpose(1, 2).contiguous()? sdpa returns a (b, s, a, d) view; transformers
         # transposes it back and reshapes: for the CPU kernel the result is already contiguous in (b, s, a, d).
         return out.view(b * sq * a * d)
@@ -575,7 +591,9 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         sin = ctx.new(spec.seq * rot_d, resid_b, False)
 
     before = set(ctx.saved)
+    ev0, sv0 = len(ctx.events), ctx.saved_total
     x1 = _block_forward(shape, spec, ctx, x, cos, sin, lora)
+    bwd_first = _backward_peak(ctx.events[ev0:], sv0)
     first_sids = set(ctx.saved) - before
     shared_sids = {sid for sid in first_sids if cos is not None and sid in (cos.sid, sin.sid if sin else -1)}
     first_by = _by_comp({k: v for k, v in ctx.saved.items() if k in first_sids}, shared_sids)
@@ -584,7 +602,10 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
 
     if shape.n_layers > 1:
         before = set(ctx.saved)
+        ev1, sv1 = len(ctx.events), ctx.saved_total
         x2 = _block_forward(shape, spec, ctx, x1, cos, sin, lora)
+        bwd_per = _backward_peak(ctx.events[ev1:], sv1)
+        input_saved = ctx.saved[x1.sid][0] if x1.sid in per_sids_of(ctx, before) else 0
         per_sids = set(ctx.saved) - before
         per_by = _by_comp({k: v for k, v in ctx.saved.items() if k in per_sids}, shared_sids)
         per = sum(per_by.values())
@@ -598,6 +619,8 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         x_last = x2
     else:
         per, per_by, x_last = first, first_by, x1
+        bwd_per = bwd_first
+        input_saved = ctx.saved[x.sid][0] if x.sid in first_sids else 0
 
     # final norm and lm_head
     before = set(ctx.saved)
@@ -629,12 +652,27 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     checkpoints = 0
     if seg:
         checkpoints = 0 if spec.offload else -(-n // seg) * layer_input
+        if spec.attention == "eager" or (spec.padding_mask and spec.attention == "sdpa"):
+            # the (b, 1, s, s) attention mask is an argument of every checkpointed block: kept to the end
+            masks = 2 if shape.sliding_window and shape.model_type == "gemma2" else 1
+            checkpoints += masks * spec.batch * spec.seq * spec.seq * resid_b
     return ActivationBytes(
         first_layer=first, per_layer=per, by_component=per_by, first_by_component=first_by, shared=shared,
         head=head, loss=loss, embedding=emb_saved if emb_sids else 0, checkpoints=checkpoints,
         n_layers=n, segment=seg, layer_input=layer_input, logits_bytes=logits_bytes,
-        logits_fp32=T * V * FP32,
+        logits_fp32=T * V * FP32, backward_first=max(first, bwd_first), backward_per=max(per, bwd_per),
+        input_saved=input_saved,
     )
+
+
+def per_sids_of(ctx: _Ctx, before: set[int]) -> set[int]:
+    return set(ctx.saved) - before
+
+
+def _backward_peak(events: list[tuple[int, int]], start: int) -> int:
+    """Replay a block's backward in reverse: when op j's backward runs, the tensors saved by ops 0..j are
+    still alive and the gradients of op j's output and inputs are allocated; the widest such moment."""
+    return max((saved - start + grads for saved, grads in events), default=0)
 
 
 def checkpoint_segment(spec: RunSpec, n_layers: int) -> int:

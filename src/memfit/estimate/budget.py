@@ -142,25 +142,6 @@ class MemoryEstimate:
         }
 
 
-def _backward_temporaries(shape: ModelShape, spec: RunSpec) -> int:
-    """Gradient tensors alive inside one block's backward, beyond its saved activations.
-
-    The incoming gradient of the residual stream (b*s*h) plus, at the widest point, the MLP's gradients
-    at the intermediate width: d(down input) and d(gate), d(up) (3 x b*s*i in the compute dtype; 2 for a
-    plain MLP); for eager attention the gradient of the probabilities and of the scores (2 x b*a*s^2,
-    the first in fp32 when the softmax ran in fp32).
-    """
-    T, c = spec.batch * spec.seq, spec.compute_bytes
-    resid = T * shape.hidden * spec.weight_bytes
-    i = shape.intermediate * max(1, shape.experts_per_token)
-    mlp = (3 if shape.mlp == "gated" else 2) * T * i * c
-    attn = 0
-    if spec.attention == "eager":
-        sc = spec.batch * shape.n_heads * spec.seq * spec.seq
-        attn = sc * c + sc * 4
-    return resid + max(mlp, attn)
-
-
 def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     """Predict the peak memory of one training step of ``shape`` under ``spec``; see the module docstring."""
     st = model_states(shape, spec)
@@ -176,12 +157,11 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     blocks = act.layers
     other_saved = act.shared + act.embedding
     seg = act.segment
-    recompute = 0 if not seg else (act.first_layer + (seg - 1) * act.per_layer if seg <= act.n_layers
-                                   else act.first_layer + (act.n_layers - 1) * act.per_layer)
-    bwd_tmp = _backward_temporaries(shape, spec)
+    n = shape.n_layers
+    resid_grad = T * shape.hidden * (4 if spec.method == "qlora" else spec.weight_bytes)
     G = st.gradients
     g_head = st.grads_head + st.grads_other
-    g_layers = st.grads_per_layer * shape.n_layers
+    g_layers = st.grads_per_layer * n
 
     moments: dict[str, dict[str, int]] = {}
     acts_fwd = blocks + other_saved + act.head
@@ -194,14 +174,26 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     moments["backward: lm_head"] = {**base, "activations": acts_fwd,
                                     "logits": act.logits_bytes + (Vf if c != 4 else 0),
                                     "gradients": st.grads_head}
-    # backward, last block (with its recompute when checkpointed)
-    moments["backward: last block"] = {**base, "activations": blocks + other_saved + recompute,
-                                       "gradients": g_head + st.grads_per_layer * min(max(seg, 1), shape.n_layers),
-                                       "temporaries": bwd_tmp}
-    # backward, first block: its activations (or its segment's recompute) + all block grads
-    first_alive = (act.first_layer if not seg else recompute + (act.checkpoints // max(1, -(-act.n_layers // seg))))
-    moments["backward: first block"] = {**base, "activations": first_alive + other_saved,
-                                        "gradients": g_head + g_layers, "temporaries": bwd_tmp}
+    # backward of the last block: the other blocks' saved tensors (or the checkpoints, plus the segment
+    # being recomputed) + the block's own backward (saved + gradients at its widest op)
+    if seg:
+        # the recomputed block saves its own input, which is the checkpoint itself: count it once
+        others = act.checkpoints + (min(seg, n) - 1) * act.per_layer - act.input_saved
+        last_grads = st.grads_per_layer * min(seg, n)
+    else:
+        others = blocks - act.per_layer
+        last_grads = st.grads_per_layer
+    bwd_per = act.backward_per if n > 1 else act.backward_first
+    moments["backward: last block"] = {**base, "activations": others + other_saved,
+                                       "gradients": g_head + last_grads,
+                                       "temporaries": bwd_per + resid_grad}
+    # backward of the first block: its own backward + every block's gradients
+    first_others = act.layer_input - act.input_saved if seg and not spec.offload else 0
+    if seg and seg > 1:
+        first_others += (min(seg, n) - 1) * act.per_layer
+    moments["backward: first block"] = {**base, "activations": first_others + other_saved,
+                                        "gradients": g_head + g_layers,
+                                        "temporaries": act.backward_first + resid_grad}
     # end of backward: embedding gradient (tied: the embedding backward's result is added in place)
     tied_extra = st.grads_embed if (shape.tie_embeddings and spec.method == "full") else 0
     moments["backward: embeddings"] = {**base, "gradients": G, "temporaries": tied_extra}
