@@ -130,8 +130,8 @@ def test_gpu_verdict() -> None:
 
 
 def test_checkpointing_lowers_the_traced_peak_on_a_deep_narrow_model() -> None:
-    cfg = tiny_config("llama", layers=8, hidden=64, heads=4, vocab=64)
-    base = RunSpec(method="lora", precision="bf16", batch=4, seq=128, device="cpu")
+    cfg = tiny_config("llama", layers=6, hidden=64, heads=4, vocab=64)
+    base = RunSpec(method="lora", precision="bf16", batch=2, seq=64, device="cpu")
     assert trace_step(cfg, base.with_(checkpointing="full")).peak_bytes < trace_step(cfg, base).peak_bytes
 
 
@@ -193,3 +193,9 @@ def test_cuda_prediction_against_a_real_cuda_step() -> None:
     real = measure_point(cfg, spec, device="cuda", steps=1, warmup=0)
     traced = trace_step(cfg, spec)
     assert traced.peak_bytes == pytest.approx(real.peak_bytes, rel=0.03)
+
+
+def test_an_attention_transformers_refuses_is_one_clear_error() -> None:
+    """Gemma 2's logit soft-capping has no sdpa path in transformers: say so and name --attention eager."""
+    with pytest.raises(MemfitError, match="--attention eager"):
+        trace_step(config("gemma2"), RunSpec(attention="sdpa", batch=1, seq=16))

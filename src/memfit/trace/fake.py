@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
 from memfit.measure.model import build_model
 
@@ -39,7 +40,13 @@ def build_meta_model(config: dict[str, Any], spec: RunSpec) -> torch.nn.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.device("meta"):
-            return build_model(config, spec, device="meta")
+            try:
+                return build_model(config, spec, device="meta")
+            except (ValueError, ImportError) as exc:  # transformers refusing an attention implementation
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                hint = " (try --attention eager)" if spec.attention != "eager" else ""
+                raise MemfitError(f"transformers cannot build this {config.get('model_type')} model with "
+                                  f"--attention {spec.attention}: {first}{hint}") from exc
 
 
 def to_fake(model: torch.nn.Module, mode: FakeTensorMode, device: str | torch.device = "cpu") -> int:
