@@ -225,3 +225,18 @@ def test_bfd_with_rows_longer_than_65535_tokens() -> None:
     ours = pack_lengths(lengths, 70_000)
     assert len(ours) == len(textbook_bfd(lengths, 70_000))
     assert all(sum(lengths[i] for i in b) <= 70_000 for b in ours)
+
+
+def test_write_rows_round_trip_and_errors(tmp_path) -> None:
+    import json
+
+    from memfit.data.pack import write_rows
+
+    res = pack(_examples([3, 5, 2]), 8)
+    write_rows(res, tmp_path / "rows.jsonl")
+    back = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert back == [r.to_dict() for r in res.rows]
+    with pytest.raises(MemfitError, match=r"\.jsonl or \.parquet"):
+        write_rows(res, tmp_path / "rows.csv")
+    with pytest.raises(MemfitError, match="does not exist"):
+        write_rows(res, tmp_path / "missing" / "rows.jsonl")
