@@ -119,6 +119,7 @@ def test_padding_worked_examples() -> None:
 def test_recommended_seq_len_worked_examples() -> None:
     r = length_report(list(range(1, 1001)), seq_len=512, batch=4)
     assert r.p95 == 950 and r.recommended_seq_len == 960 and r.recommended_over == 40
+    assert r.recommended_truncated_tokens == sum(range(1, 41))  # 961..1000 lose 1..40 tokens
     assert r.over_seq_len == 488 and r.truncated_tokens == sum(range(1, 489))
     r = length_report(list(range(1, 101)), seq_len=64, batch=4)
     assert r.p95 == 95 and r.recommended_seq_len == 128 and r.recommended_over == 0

@@ -103,6 +103,7 @@ class LengthReport:
     loss_tokens_truncated: int | None
     recommended_seq_len: int
     recommended_over: int
+    recommended_truncated_tokens: int
     padding: PaddingReport
     skipped: list[Skipped]
     lengths: list[int] = field(repr=False)
@@ -140,6 +141,7 @@ class LengthReport:
             "total_tokens": self.total_tokens,
             "loss_tokens_truncated": self.loss_tokens_truncated,
             "recommended_over": self.recommended_over,
+            "recommended_truncated_tokens": self.recommended_truncated_tokens,
             "recommended_truncated_share": self.recommended_truncated_share,
             "padding": self.padding.to_dict(),
         }
@@ -199,6 +201,7 @@ def length_report(
         loss_tokens_truncated=loss_cut,
         recommended_seq_len=recommended,
         recommended_over=int((lens > recommended).sum()),
+        recommended_truncated_tokens=int(np.maximum(lens - recommended, 0).sum()),
         padding=padding_report(lens, batch=batch, seq_len=seq_len, seed=seed),
         skipped=list(skipped),
         lengths=lens.tolist(),

@@ -47,9 +47,8 @@ def lengths_renderable(r: LengthReport) -> Group:
     cut.add_row(f"--seq-len {r.seq_len:,}", f"{r.over_seq_len:,} ({r.over_seq_len / r.count:.2%})",
                 f"{r.truncated_tokens:,}" + (f" ({r.loss_tokens_truncated:,} carrying loss)"
                                              if r.loss_tokens_truncated is not None else ""))
-    rec_cut = sum(max(0, n - r.recommended_seq_len) for n in r.lengths)
     cut.add_row(f"[bold]{r.recommended_seq_len:,}[/] (p95 up to x64)",
-                f"{r.recommended_over:,} ({r.recommended_truncated_share:.2%})", f"{rec_cut:,}")
+                f"{r.recommended_over:,} ({r.recommended_truncated_share:.2%})", f"{r.recommended_truncated_tokens:,}")
     parts.append(cut)
 
     pad = Table(title=f"padding at micro-batch {r.padding.batch} (random = Trainer default, grouped = "
