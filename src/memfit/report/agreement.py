@@ -1,0 +1,236 @@
+"""The agreement matrix: estimate, trace and measure on the same specs, with the error of each.
+
+Configs are the catalogue's real architectures scaled down to run a CPU step in seconds: few layers
+and a narrower hidden size, but the real ratios (heads : kv heads, intermediate : hidden, head_dim
+where it fits) and the **real vocabulary**, so the logits weigh what they weigh in the real model.
+
+    error = (engine_peak - measured_peak) / measured_peak
+
+Baselines beside them: the lesson's rule of thumb (weights + gradients + optimizer states + L*b*s*h*20)
+and a weights-plus-optimizer-only figure (what a calculator that ignores activations reports).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.estimate import lookup
+from memfit.estimate.shape import ModelShape
+from memfit.estimate.spec import RunSpec
+
+# (catalogue model, scaled hidden, scaled layers): the architectures of the matrix.
+SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
+    ("llama-3.2-1b", 256, 2),
+    ("qwen2.5-0.5b", 256, 2),
+    ("gemma-2-2b", 512, 2),
+    ("phi-3-mini", 384, 2),
+    ("gpt2", 256, 2),
+    ("mixtral-8x7b", 256, 2),
+    ("opt-1.3b", 256, 2),
+    ("pythia-1.4b", 256, 2),
+    ("qwen3-8b", 256, 2),
+)
+
+
+def scaled_config(name: str, hidden: int, layers: int) -> dict[str, Any]:
+    """The catalogue config of ``name`` scaled to ``hidden`` and ``layers``, keeping its ratios and vocabulary.
+
+    Worked for llama-3.2-1b (h=2048, a=32, k=8, d=64, i=8192) at hidden 256: d stays 64, a = 256/64 = 4,
+    k = a*8/32 = 1, i = 256*8192/2048 = 1024, V = 128,256 unchanged.
+    """
+    cfg = dict(lookup(name).config)
+    shape = lookup(name).shape
+    head_dim = min(shape.head_dim, hidden // 2)
+    heads = max(1, hidden // head_dim)
+    kv = max(1, heads * shape.n_kv_heads // shape.n_heads)
+    while heads % kv:
+        kv -= 1
+    inter = int(round(hidden * shape.intermediate / shape.hidden / 8)) * 8
+    t = shape.model_type
+    if t == "gpt2":
+        cfg.update(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=max(shape.max_positions, 1024))
+    elif t == "opt":
+        cfg.update(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, ffn_dim=inter,
+                   word_embed_proj_dim=hidden)
+    else:
+        cfg.update(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
+                   intermediate_size=inter)
+        if "head_dim" in cfg or shape.head_dim * shape.n_heads != shape.hidden:
+            cfg["head_dim"] = head_dim
+        if t == "gemma2":
+            cfg["query_pre_attn_scalar"] = head_dim
+        if t == "gpt_neox":
+            cfg.pop("num_key_value_heads", None)
+    return cfg
+
+
+RULE_OF_THUMB_BYTES = 20  # LESSON.txt: activations ~ n_layers * batch * seq * hidden * ~20 bytes (bf16)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MatrixRow:
+    """One spec of the matrix on one scaled architecture."""
+
+    model: str
+    config: dict[str, Any]
+    spec: RunSpec
+
+    @property
+    def shape(self) -> ModelShape:
+        return ModelShape.from_hf_config(self.config, name=self.model)
+
+    @property
+    def label(self) -> str:
+        s = self.spec
+        targets = ",".join(s.targets) or "default"
+        method = s.method if s.method == "full" else f"lora[{targets}]"
+        ck = "ckpt" if s.checkpointing != "none" else "-"
+        return f"{self.model} {method} {s.precision} {s.attention} {ck} b{s.batch} s{s.seq}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgreementRow:
+    """The three engines and two baselines on one row; errors are relative to the measured peak."""
+
+    row: MatrixRow
+    measured_bytes: int
+    measured_phase: str
+    estimate_bytes: int
+    estimate_phase: str
+    trace_bytes: int | None
+    rule_of_thumb_bytes: int
+    states_only_bytes: int
+    by_category: dict[str, int] = field(default_factory=dict)
+    estimate_components: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def error(self, value: int | None) -> float | None:
+        return None if value is None else (value - self.measured_bytes) / self.measured_bytes
+
+    @property
+    def estimate_error(self) -> float:
+        return (self.estimate_bytes - self.measured_bytes) / self.measured_bytes
+
+    @property
+    def trace_error(self) -> float | None:
+        return self.error(self.trace_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "row": self.row.label, "model": self.row.model, "spec": self.row.spec.to_dict(),
+            "measured_bytes": self.measured_bytes, "measured_phase": self.measured_phase,
+            "estimate_bytes": self.estimate_bytes, "estimate_phase": self.estimate_phase,
+            "trace_bytes": self.trace_bytes, "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
+            "states_only_bytes": self.states_only_bytes, "estimate_error": self.estimate_error,
+            "trace_error": self.trace_error, "rule_of_thumb_error": self.error(self.rule_of_thumb_bytes),
+            "states_only_error": self.error(self.states_only_bytes), "by_category": self.by_category,
+            "estimate_components": self.estimate_components, "seconds": self.seconds,
+        }
+
+
+def _spec(**kw: Any) -> RunSpec:
+    return RunSpec(device="cpu", **kw)
+
+
+# The spec grid every scaled architecture runs: full and LoRA (several target sets), fp32 / bf16 /
+# mixed-bf16, checkpointing none / full, eager / sdpa, several batch and sequence lengths.
+SPEC_GRID: tuple[RunSpec, ...] = (
+    _spec(method="full", precision="fp32", attention="sdpa", batch=2, seq=128),
+    _spec(method="lora", precision="bf16", attention="sdpa", batch=2, seq=128),
+    _spec(method="lora", precision="mixed-bf16", attention="eager", batch=1, seq=256, targets=("all-linear",)),
+    _spec(method="lora", precision="bf16", attention="sdpa", batch=4, seq=128, checkpointing="full"),
+)
+
+# A fast subset for `make test` (a regression in any engine fails CI): six rows, six architectures.
+FAST_ROWS: tuple[tuple[str, RunSpec], ...] = (
+    ("llama-3.2-1b", _spec(method="lora", precision="bf16", attention="sdpa", batch=1, seq=64)),
+    ("qwen2.5-0.5b", _spec(method="full", precision="fp32", attention="sdpa", batch=1, seq=64)),
+    ("gemma-2-2b", _spec(method="lora", precision="mixed-bf16", attention="eager", batch=1, seq=64)),
+    ("phi-3-mini", _spec(method="lora", precision="bf16", attention="sdpa", batch=2, seq=64, checkpointing="full")),
+    ("gpt2", _spec(method="full", precision="fp32", attention="eager", batch=2, seq=64)),
+    ("mixtral-8x7b", _spec(method="lora", precision="bf16", attention="sdpa", batch=1, seq=64,
+                           targets=("all-linear",))),
+)
+
+
+def _scaled(name: str) -> dict[str, Any]:
+    for model, hidden, layers in SCALED_MODELS:
+        if model == name:
+            return scaled_config(model, hidden, layers)
+    raise KeyError(name)
+
+
+def full_matrix() -> list[MatrixRow]:
+    """Every scaled architecture times every spec of the grid."""
+    return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=s)
+            for m, h, n in SCALED_MODELS for s in SPEC_GRID]
+
+
+def fast_matrix() -> list[MatrixRow]:
+    return [MatrixRow(model=m, config=_scaled(m), spec=s) for m, s in FAST_ROWS]
+
+
+def run_row(row: MatrixRow, *, with_trace: bool = True) -> AgreementRow:
+    """Measure the row on this CPU, estimate it, trace it."""
+    from memfit.estimate import estimate_memory
+    from memfit.measure.point import measure_point
+
+    t0 = time.perf_counter()
+    measured = measure_point(row.config, row.spec, steps=1, warmup=0)
+    if not measured.fits or measured.peak_bytes is None:
+        raise RuntimeError(f"{row.label}: did not run ({measured.error})")
+    trace_bytes = None
+    if with_trace:
+        from memfit.trace.engine import trace_step
+
+        trace_bytes = trace_step(row.config, row.spec, name=row.model).peak_bytes
+    est = estimate_memory(row.shape, row.spec)
+    shape, s = row.shape, row.spec
+    states = est.model_states.total
+    rot = states + shape.n_layers * s.batch * s.seq * shape.hidden * RULE_OF_THUMB_BYTES
+    return AgreementRow(
+        row=row, measured_bytes=measured.peak_bytes, measured_phase=measured.peak_phase or "?",
+        estimate_bytes=est.peak_bytes, estimate_phase=est.peak_phase, trace_bytes=trace_bytes,
+        rule_of_thumb_bytes=rot, states_only_bytes=states, by_category=dict(measured.by_category),
+        estimate_components=dict(est.components), seconds=time.perf_counter() - t0,
+    )
+
+
+def run_matrix(rows: Iterable[MatrixRow], *, with_trace: bool = True,
+               on_row: Callable[[AgreementRow], None] | None = None) -> list[AgreementRow]:
+    out = []
+    for row in rows:
+        result = run_row(row, with_trace=with_trace)
+        out.append(result)
+        if on_row:
+            on_row(result)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgreementSummary:
+    rows: int
+    architectures: int
+    estimate_median_abs: float
+    estimate_max_abs: float
+    trace_median_abs: float | None
+    trace_max_abs: float | None
+    rule_of_thumb_median_abs: float
+    states_only_median_abs: float
+
+
+def summarise(results: list[AgreementRow]) -> AgreementSummary:
+    est = [abs(r.estimate_error) for r in results]
+    tr = [abs(e) for r in results if (e := r.trace_error) is not None]
+    rot = [abs(r.error(r.rule_of_thumb_bytes) or 0.0) for r in results]
+    base = [abs(r.error(r.states_only_bytes) or 0.0) for r in results]
+    return AgreementSummary(
+        rows=len(results), architectures=len({lookup(r.row.model).shape.model_type for r in results}),
+        estimate_median_abs=statistics.median(est), estimate_max_abs=max(est),
+        trace_median_abs=statistics.median(tr) if tr else None, trace_max_abs=max(tr) if tr else None,
+        rule_of_thumb_median_abs=statistics.median(rot), states_only_median_abs=statistics.median(base),
+    )
