@@ -214,3 +214,18 @@ def test_empty_examples_are_counted_not_measured(tmp_path: Path) -> None:
     assert r.count == 2 and [(s.line, s.reason) for s in r.skipped] == [(2, "tokenises to no tokens")]
     with pytest.raises(MemfitError, match="--seq-len must be a positive integer"):
         analyse_lengths(p, neox, text="text", seq_len=0)
+
+
+def test_people_view_renders_the_key_figures() -> None:
+    from rich.console import Console
+
+    from memfit.data.load import Skipped
+    from memfit.report.lengths import lengths_renderable
+
+    r = length_report(list(range(1, 1001)), seq_len=512, batch=4, source="x.jsonl", tokenizer="t",
+                      skipped=[Skipped(line=7, reason="malformed JSON")])
+    console = Console(record=True, width=160)
+    console.print(lengths_renderable(r))
+    text = console.export_text()
+    assert "950" in text and "train at --seq-len 960" in text and "line 7: malformed JSON" in text
+    assert f"{r.padding.random.waste:.1%}" in text and "488 (48.80%)" in text
