@@ -45,6 +45,7 @@ __all__ = [
     "PackResult",
     "PackedRow",
     "block_mask_bytes",
+    "example_fields",
     "loss_tokens",
     "pack",
     "pack_bfd",
@@ -319,7 +320,8 @@ class PackResult:
         }
 
 
-def _fields(example: Tokenized | Mapping[str, Sequence[int]]) -> tuple[Sequence[int], Sequence[int]]:
+def example_fields(example: Tokenized | Mapping[str, Sequence[int]]) -> tuple[Sequence[int], Sequence[int]]:
+    """``(input_ids, labels)`` of a tokenized example object or dict."""
     if isinstance(example, Mapping):
         return example["input_ids"], example["labels"]
     return example.input_ids, example.labels
@@ -356,7 +358,7 @@ def pack(
         raise MemfitError(f"unknown --overflow {overflow!r}: choose one of {', '.join(OVERFLOW_CHOICES)}")
     if max_len < 2:
         raise MemfitError(f"--seq-len must be at least 2 tokens, not {max_len}")
-    fields = [_fields(e) for e in examples]
+    fields = [example_fields(e) for e in examples]
     for i, (ids, labels) in enumerate(fields):
         if len(ids) != len(labels):
             raise MemfitError(

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 
 from memfit.data.collator import PackedCollator
-from memfit.data.pack import IGNORE_INDEX, PackedRow, PackResult, Tokenized, _fields, loss_tokens, pack
+from memfit.data.pack import IGNORE_INDEX, PackedRow, PackResult, Tokenized, example_fields, loss_tokens, pack
 from memfit.errors import MemfitError
 
 VerifyAttention = Literal["position_ids", "block_mask", "naive"]
@@ -146,7 +146,7 @@ def _naive_rows(packed: PackResult, examples: Sequence[Any]) -> list[PackedRow]:
     for row in packed.rows:
         labels: list[int] = []
         for e, off, n in zip(row.example_ids, row.example_offsets, row.seq_lens, strict=True):
-            labels.extend(_fields(examples[e])[1][off : off + n])
+            labels.extend(example_fields(examples[e])[1][off : off + n])
         rows.append(replace(row, labels=labels, position_ids=list(range(row.n_tokens))))
     return rows
 
@@ -222,7 +222,7 @@ def verify_packing(
     for ri, row in enumerate(rows):
         starts = row.cu_seqlens[:-1]
         for e, off, a, n in zip(row.example_ids, row.example_offsets, starts, row.seq_lens, strict=True):
-            ids, labs = _fields(examples[e])
+            ids, labs = example_fields(examples[e])
             piece_labels = list(labs[off : off + n])
             loss_alone_tokens += loss_tokens(piece_labels)
             if list(row.input_ids[a : a + n]) != list(ids[off : off + n]):
@@ -262,7 +262,7 @@ def verify_packing(
                 if on_progress:
                     on_progress(done, total)
             for ri, a, e, off, n in segments:
-                ids, labs = _fields(examples[e])
+                ids, labs = example_fields(examples[e])
                 piece = torch.tensor([list(ids[off : off + n])], dtype=torch.long, device=device)
                 alone = model(input_ids=piece, use_cache=False).logits[0].float().cpu()
                 got = row_logits[ri][a : a + n]
