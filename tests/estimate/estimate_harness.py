@@ -120,6 +120,31 @@ def build_model(config: dict[str, Any], spec: RunSpec) -> Any:
     return model
 
 
+def run_steps_cuda(config: dict[str, Any], spec: RunSpec, *, steps: int = 2) -> Measured:
+    """The same step on CUDA; the peak is ``torch.cuda.max_memory_allocated`` (phase not tracked)."""
+    model = build_model(config, spec).to("cuda")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (spec.batch, spec.seq), device="cuda")
+    labels = ids.clone()
+    mask = torch.ones_like(ids)
+    if spec.padding_mask:
+        mask[0, : spec.seq // 4] = 0
+    amp = {"mixed-bf16": torch.bfloat16, "mixed-fp16": torch.float16}.get(spec.precision)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+            loss = model(input_ids=ids, attention_mask=mask if spec.padding_mask else None, labels=labels).loss
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    return Measured(peak_bytes=torch.cuda.max_memory_allocated(), peak_phase="unknown", saved_bytes=0)
+
+
 def run_steps(config: dict[str, Any], spec: RunSpec, *, steps: int = 2, per_module: bool = False,
               detail: list[Any] | None = None) -> Measured:
     """Build the model and run ``steps`` training steps on CPU; see the module docstring."""

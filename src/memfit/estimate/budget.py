@@ -15,18 +15,27 @@ forward, loss          W + O + A(blocks, head) + logits (b*s*V, compute dtype) +
                        when the compute dtype is not fp32) + log-softmax output (Vf)
 backward, loss         W + O + A + log-softmax output + its gradient + the logits' gradient (3 Vf):
                        usually the peak of an adapter run with a real vocabulary
-backward, last block   W + O + A - loss + G(head, last block) + the block's backward temporaries
-backward, first block  W + O + A(first block) + G(all blocks, head) + temporaries
+backward, last block   W + O + A - loss - head - (that block) + G(head, last block) + the block's own
+                       backward: the tensors it saved up to its widest op plus the gradients of that
+                       op's output and inputs (a reverse replay of the block's ops) + the residual
+                       stream's gradient (b*s*h)
+backward, first block  W + O + A(block 0's backward as above) + G(all blocks, head)
 optimizer              W + G + O + the optimizer's temporaries (see :func:`optimizer_temporaries`)
 =====================  ===============================================================================
 
-With checkpointing, A(blocks) is the kept segment inputs, and each backward moment adds the activations
-of the one segment being recomputed.
+With checkpointing, A(blocks) is the kept segment inputs (plus the (b, 1, s, s) attention mask that
+eager attention passes to every checkpointed block), and each backward moment adds the activations of
+the one segment being recomputed (its own input is the checkpoint, counted once).
+
+Checked against real CPU steps (``bench/bench_estimate.py``, ``tests/estimate/test_agreement_fast.py``):
+when the loss is the peak (real vocabularies), the estimate matches to a few kB; when a block's backward
+is the peak (small vocabularies, long sequences, eager attention), within about 1.5%: the replay does not
+model every backward temporary (e.g. transposed copies inside bmm backward).
 
 ``reserved_bytes`` (CUDA only) adds what ``torch.cuda.memory_reserved`` and ``nvidia-smi`` show on top:
 the caching allocator rounds each block to 512 B and carves 2 MiB / 20 MiB segments, which with
 fragmentation costs memfit's assumed 5% of the peak plus 256 MiB, and the CUDA context with cuBLAS /
-cuDNN workspaces, assumed 512 MiB (measured 300-600 MiB across recent drivers). Whether the run fits is
+cuDNN workspaces, assumed 512 MiB (commonly 300-600 MiB depending on driver and GPU; not measured here). Whether the run fits is
 judged on ``reserved_bytes`` against the GPU's memory.
 """
 
