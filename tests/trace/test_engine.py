@@ -115,6 +115,11 @@ def test_per_module_table_and_saved_bytes_name_the_layers() -> None:
     # the table covers exactly the non-model-state bytes alive at the peak
     states = sum(traced.components[k] for k in ("weights_frozen", "weights_trainable", "gradients", "optimizer"))
     assert sum(m.bytes for m in traced.per_module) == traced.peak_bytes - states
+    from memfit.report.trace import by_module_kind
+
+    kinds = by_module_kind(traced)  # the table folds the 3 blocks into one row per module kind
+    assert sum(r[1] for r in kinds) == sum(m.bytes for m in traced.per_module)
+    assert any(kind == "model.layers.*.mlp.act_fn" and count == 3 for kind, _, count, _ in kinds)
     d = traced.to_dict()
     for key in ("spec", "peak_bytes", "peak_phase", "components", "model_states", "reserved_bytes", "gpu_bytes",
                 "fits"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
 from typing import Any
 
 from rich.table import Table
@@ -9,6 +11,7 @@ from rich.table import Table
 from memfit.trace.result import TraceResult
 from memfit.units import BYTES_PER_GIB, human_bytes
 
+_BLOCK = re.compile(r"((?:^|\.)(?:layers|h|blocks|layer))\.\d+(?=\.|$)")
 MODEL_STATES = ("weights_frozen", "weights_trainable", "gradients", "optimizer")
 
 
@@ -46,21 +49,36 @@ def trace_table(result: TraceResult, estimate: dict[str, Any] | None = None) -> 
     return t
 
 
+def by_module_kind(result: TraceResult) -> list[tuple[str, int, int, dict[str, int]]]:
+    """Per-module rows folded over the decoder blocks: ``(model.layers.*.mlp.act_fn, bytes, blocks, cats)``,
+    largest first, so a 80-layer model reads as a dozen rows."""
+    rows: dict[str, list[Any]] = {}
+    for m in result.per_module:
+        kind = _BLOCK.sub(r"\1.*", m.module)
+        row = rows.setdefault(kind, [0, 0, defaultdict(int)])
+        row[0] += m.bytes
+        row[1] += 1
+        for k, v in m.by_category.items():
+            row[2][k] += v
+    return sorted(((k, r[0], r[1], dict(r[2])) for k, r in rows.items()), key=lambda r: -r[1])
+
+
 def module_table(result: TraceResult, top: int = 15) -> Table:
-    """Who holds the non-model-state bytes at the peak: the module whose forward made them."""
-    t = Table(title=f"alive at the peak, by the module that created it (top {top})")
+    """Who holds the non-model-state bytes at the peak: the module (kind) whose forward made them."""
+    t = Table(title=f"alive at the peak, by the module that created it (blocks folded as *, top {top})")
     t.add_column("module")
+    t.add_column("modules", justify="right")
     t.add_column("bytes", justify="right")
     t.add_column("GiB", justify="right")
     t.add_column("categories")
-    rows = result.per_module[:top]
-    for m in rows:
-        cats = ", ".join(f"{k} {human_bytes(v)}" for k, v in m.by_category.items() if v)
-        t.add_row(m.module, f"{m.bytes:,}", _gib(m.bytes), cats)
-    rest = result.per_module[top:]
+    rows = by_module_kind(result)
+    for kind, n, count, cats in rows[:top]:
+        text = ", ".join(f"{k} {human_bytes(v)}" for k, v in cats.items() if v)
+        t.add_row(kind, str(count), f"{n:,}", _gib(n), text)
+    rest = rows[top:]
     if rest:
-        n = sum(m.bytes for m in rest)
-        t.add_row(f"({len(rest)} more modules)", f"{n:,}", _gib(n), "")
+        n = sum(r[1] for r in rest)
+        t.add_row(f"({len(rest)} more)", "", f"{n:,}", _gib(n), "")
     return t
 
 
