@@ -26,8 +26,9 @@ Lengths are first capped at the sequence length (training truncates there). The 
     examples per step (``BatchPadding.batch`` is that row count; it sets the activation memory).
 
 Worked example, ``B = 2``, lengths in batch order ``[10, 2, 7, 7]``: batches (10, 2) and (7, 7) process
-``2*10 + 2*7 = 34`` tokens for 26 real ones: waste ``1 - 26/34 = 23.5%``. Packed into rows of 16:
-BFD puts 10 with 2 (room 4 left) and 7 with 7 (room 2): two rows, 32 slots, waste ``1 - 26/32 = 18.75%``.
+``2*10 + 2*7 = 34`` tokens for 26 real ones: waste ``1 - 26/34 = 23.5%``. Packed into rows of 16,
+longest first: 10 opens row A (room 6), 7 opens row B (room 9), the next 7 fits only B (room 2), and 2
+goes to the tightest row that fits, B (room 0): two rows, 32 slots, waste ``1 - 26/32 = 18.75%``.
 """
 
 from __future__ import annotations
