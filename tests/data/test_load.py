@@ -174,3 +174,11 @@ def test_field_spec_inference_and_conflicts() -> None:
     with pytest.raises(MemfitError, match="--prompt FIELD --completion FIELD"):
         load_records(GSM8K_TEST)
     assert load_records(CHAT).spec.messages == "conversations"
+
+
+def test_jsonl_line_that_is_not_utf8_is_counted(tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b'{"text": "caf\xc3\xa9"}\n{"text": "bad \xff byte"}\n{"text": "ok"}\n')
+    loaded = load_records(p, text="text")
+    assert [r["text"] for r in loaded.records] == ["caf\u00e9", "ok"]
+    assert [s.line for s in loaded.skipped] == [2] and "not UTF-8" in loaded.skipped[0].reason

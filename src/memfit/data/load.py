@@ -3,7 +3,8 @@
 =====================================  ==================================================================
 path                                   read as
 =====================================  ==================================================================
-``*.jsonl``, ``*.jsonl.gz``            one JSON object per line; a bad line is skipped and counted
+``*.jsonl``, ``*.jsonl.gz``            one JSON object per line; a bad line (malformed JSON, not an
+                                       object, not UTF-8) is skipped and counted
 ``*.json`` (``.json.gz``)              a list of objects, or an object holding one such list (ShareGPT
                                        files are lists); a ``.json`` file that is really JSON lines is
                                        read as JSON lines
@@ -275,9 +276,14 @@ def _read_jsonl(p: Path) -> _Rows:
     rows: list[tuple[int, dict[str, Any]]] = []
     skipped: list[Skipped] = []
     try:
-        with _open_text(p) as f:
-            for line_no, line in enumerate(f, start=1):
-                if not line.strip():
+        with gzip.open(p, "rb") if p.name.lower().endswith(".gz") else open(p, "rb") as f:
+            for line_no, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    skipped.append(Skipped(line=line_no, reason=f"not UTF-8: byte {exc.start + 1} cannot be decoded"))
                     continue
                 try:
                     row = json.loads(line)
