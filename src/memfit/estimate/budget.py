@@ -35,8 +35,8 @@ model every backward temporary (e.g. transposed copies inside bmm backward).
 ``reserved_bytes`` (CUDA only) adds what ``torch.cuda.memory_reserved`` and ``nvidia-smi`` show on top:
 the caching allocator rounds each block to 512 B and carves 2 MiB / 20 MiB segments, which with
 fragmentation costs memfit's assumed 5% of the peak plus 256 MiB, and the CUDA context with cuBLAS /
-cuDNN workspaces, assumed 512 MiB (commonly 300-600 MiB depending on driver and GPU; not measured here). Whether the run fits is
-judged on ``reserved_bytes`` against the GPU's memory.
+cuDNN workspaces, assumed 512 MiB (commonly 300-600 MiB depending on driver and GPU; not measured
+here). Whether the run fits is judged on ``reserved_bytes`` against the GPU's memory.
 """
 
 from __future__ import annotations

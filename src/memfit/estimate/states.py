@@ -49,7 +49,8 @@ class ModelStates:
     optimizer: int
     trainable_params: int
     frozen_params: int
-    trainable_tensors: tuple[int, ...]  # bytes of each trainable tensor (for optimizer temporaries)
+    largest_tensor: int  # bytes of the largest trainable tensor (the CPU optimizer loop's temporaries)
+    n_tensors: int  # number of trainable tensors
     grads_per_layer: int  # gradient bytes of one block's trainable tensors
     grads_head: int  # lm_head (or its modules_to_save copy) gradient bytes
     grads_embed: int  # token (+ position) embedding gradient bytes
@@ -114,8 +115,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     """Weights, gradients and optimizer states of the run; see the module docstring."""
     pc = _count(shape)
     w = spec.weight_bytes
-    tensors: list[tuple[int, int]] = []  # (numel, bytes per element) of each trainable tensor
-    per_layer_tensors: list[tuple[int, int]] = []
+    per_layer_tensors: list[tuple[int, int]] = []  # (numel, bytes per element) of each trainable tensor
     if spec.method == "full":
         for lin in block_linears(shape):
             per_layer_tensors.append((lin.weight_numel, w))
@@ -125,7 +125,6 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
             per_layer_tensors.append((norm.size, w))
             if norm.bias:
                 per_layer_tensors.append((norm.size, w))
-        tensors = per_layer_tensors * shape.n_layers
         embed = [(shape.vocab * shape.embed_dim, w)]
         if shape.position == "learned":
             embed.append((pc.embeddings - shape.vocab * shape.embed_dim, w))
@@ -133,12 +132,14 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         other = [(pc.final_norm, w)] if pc.final_norm else []
         if pc.other:
             other.append((pc.other, w))
-        tensors = tensors + embed + head + other
+        rest = embed + head + other
         trainable = pc.total
         return ModelStates(
             weights_frozen=0, weights_trainable=trainable * w, gradients=trainable * w,
-            optimizer=optimizer_bytes(tensors, spec), trainable_params=trainable, frozen_params=0,
-            trainable_tensors=tuple(n * b for n, b in tensors),
+            optimizer=optimizer_bytes(per_layer_tensors, spec) * shape.n_layers + optimizer_bytes(rest, spec),
+            trainable_params=trainable, frozen_params=0,
+            largest_tensor=max(n * b for n, b in per_layer_tensors + rest),
+            n_tensors=len(per_layer_tensors) * shape.n_layers + len(rest),
             grads_per_layer=sum(n * b for n, b in per_layer_tensors),
             grads_head=sum(n * b for n, b in head), grads_embed=sum(n * b for n, b in embed),
             grads_other=sum(n * b for n, b in other),
@@ -153,7 +154,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     mts_b = FP32 if spec.method == "qlora" else w
     head_t = [(shape.vocab * shape.embed_dim, mts_b)] if "lm_head" in spec.modules_to_save else []
     emb_t = [(shape.vocab * shape.embed_dim, mts_b)] if "embed_tokens" in spec.modules_to_save else []
-    tensors = per_layer_tensors * shape.n_layers + head_t + emb_t
+    rest = head_t + emb_t
     trainable_bytes = lora_params * FP32 + mts * mts_b
     if spec.method == "qlora":
         lin_numel = sum(lin.weight_numel for lin in block_linears(shape)) * shape.n_layers
@@ -162,9 +163,11 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         frozen = pc.total * w
     return ModelStates(
         weights_frozen=frozen, weights_trainable=trainable_bytes, gradients=trainable_bytes,
-        optimizer=optimizer_bytes(tensors, spec), trainable_params=lora_params + mts, frozen_params=pc.total,
-        trainable_tensors=tuple(n * b for n, b in tensors),
-        grads_per_layer=sum(n * b for n, b in per_layer_tensors) ,
+        optimizer=optimizer_bytes(per_layer_tensors, spec) * shape.n_layers + optimizer_bytes(rest, spec),
+        trainable_params=lora_params + mts, frozen_params=pc.total,
+        largest_tensor=max((n * b for n, b in per_layer_tensors + rest), default=0),
+        n_tensors=len(per_layer_tensors) * shape.n_layers + len(rest),
+        grads_per_layer=sum(n * b for n, b in per_layer_tensors),
         grads_head=sum(n * b for n, b in head_t), grads_embed=sum(n * b for n, b in emb_t), grads_other=0,
     )
 
@@ -178,9 +181,8 @@ def optimizer_temporaries(states: ModelStates, spec: RunSpec) -> int:
     temporary per tensor at once: the size of all trainable tensors. 8-bit AdamW runs a fused kernel (none);
     SGD with momentum none; Adafactor about two of the largest tensor.
     """
-    largest = max(states.trainable_tensors, default=0)
     if spec.optimizer in ("adamw", "adafactor"):
         if spec.device == "cuda" and spec.optimizer == "adamw":
-            return sum(states.trainable_tensors)
-        return 2 * largest
+            return states.weights_trainable
+        return 2 * states.largest_tensor
     return 0
