@@ -161,7 +161,6 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     inputs = 2 * T * INT64  # input_ids and labels
     base = {"weights_frozen": st.weights_frozen, "weights_trainable": st.weights_trainable,
             "optimizer": O, "inputs": inputs}
-    c = spec.compute_bytes
     Vf = act.logits_fp32
     blocks = act.layers
     other_saved = act.shared + act.embedding
@@ -176,12 +175,12 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     acts_fwd = blocks + other_saved + act.head
     # forward, at the loss: logits in the compute dtype + fp32 copy + log-softmax output
     moments["forward: loss"] = {**base, "activations": acts_fwd,
-                                "logits": act.logits_bytes + (Vf if c != 4 else 0) + act.loss}
+                                "logits": act.logits_bytes + (Vf if act.logits_bytes != Vf else 0) + act.loss}
     # backward at the loss: log-softmax output + its gradient + the gradient of the logits (fp32)
     moments["backward: loss"] = {**base, "activations": acts_fwd, "logits": act.loss + 2 * Vf}
     # backward through lm_head: grad of logits (compute dtype) + lm_head weight grad
     moments["backward: lm_head"] = {**base, "activations": acts_fwd,
-                                    "logits": act.logits_bytes + (Vf if c != 4 else 0),
+                                    "logits": act.logits_bytes + (Vf if act.logits_bytes != Vf else 0),
                                     "gradients": st.grads_head}
     # backward of the last block: the other blocks' saved tensors (or the checkpoints, plus the segment
     # being recomputed) + the block's own backward (saved + gradients at its widest op)
