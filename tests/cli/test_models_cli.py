@@ -43,3 +43,22 @@ def test_bad_config_file_one_line_exit_1(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "memfit.cli", "params", str(bad)], capture_output=True, text=True)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "not supported" in out.stderr and "llama" in out.stderr
+
+
+def test_unknown_option_is_a_usage_error_not_a_traceback() -> None:
+    out = subprocess.run([sys.executable, "-m", "memfit.cli", "params", "gpt2", "-x"], capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "No such option" in out.stderr
+
+
+def test_error_text_with_brackets_survives(capsys) -> None:
+    """Messages such as pip install 'memfit[torch]' must not lose their brackets to rich markup."""
+    from memfit.cli._app import app
+    from memfit.errors import MemfitError
+
+    @app.command("_raise_for_test", hidden=True)
+    def _raise() -> None:
+        raise MemfitError("this needs torch: pip install 'memfit[torch]'")
+
+    assert main(["_raise_for_test"]) == 1
+    assert "memfit[torch]" in capsys.readouterr().err

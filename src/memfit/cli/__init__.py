@@ -25,30 +25,24 @@ __all__ = ["app", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, turning MemfitError into one line on stderr and exit code 1."""
+    """Entry point: run the app; a MemfitError becomes one red line on stderr and exit code 1.
+
+    Usage errors (an unknown option, a missing argument) are typer's: usage and the error, exit code 2.
+    """
     from memfit.report import err_console
 
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=True)
     except MemfitError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 1
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/]")
         return 130
-    except SystemExit as exc:  # typer/click exits (--help, usage errors)
-        return int(exc.code or 0) if isinstance(exc.code, int) else 1
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            return exc.exit_code
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            return 1
-        raise
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
 
 

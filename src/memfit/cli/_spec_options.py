@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -62,7 +63,10 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
-        own = [p for p in sig.parameters.values() if p.name != "spec"]
+        # resolve string annotations (``from __future__ import annotations``) so typer sees the real types
+        hints = typing.get_type_hints(fn, include_extras=True)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
+               if p.name != "spec"]
         added = []
         for name, (typ, option) in SPEC_OPTIONS.items():
             if name in exclude:
