@@ -189,10 +189,13 @@ class ActivationBytes:
     backward_first: int = 0  # block 0's saved bytes + gradients alive at the widest op of its backward
     backward_per: int = 0  # the same for a typical block
     input_saved: int = 0  # bytes of a block's input that the block itself saves (a checkpoint aliases it)
+    plain_blocks: int = 0  # every-k: blocks that are not checkpointed and keep all they save
 
     @property
     def layers(self) -> int:
         """Saved bytes of all blocks at the end of the forward."""
+        if self.plain_blocks:
+            return self.checkpoints + self.first_layer + (self.plain_blocks - 1) * self.per_layer
         if self.segment:
             return self.checkpoints
         return self.first_layer + (self.n_layers - 1) * self.per_layer
@@ -650,8 +653,15 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     n = shape.n_layers
     seg = checkpoint_segment(spec, n)
     checkpoints = 0
+    plain = 0
     if seg:
-        checkpoints = 0 if spec.offload else -(-n // seg) * layer_input
+        kept = -(-n // seg)
+        if spec.checkpointing == "every-k":
+            # one block in k is checkpointed (torchtitan's / torchtune's selective "every k-th layer"):
+            # blocks k, 2k, ... keep only their input; the others keep everything they save
+            kept = n // spec.checkpoint_every
+            plain = n - kept
+        checkpoints = 0 if spec.offload else kept * layer_input
         if spec.attention == "eager" or (spec.padding_mask and spec.attention == "sdpa"):
             # the (b, 1, s, s) attention mask is an argument of every checkpointed block: kept to the end
             masks = 2 if shape.sliding_window and shape.model_type == "gemma2" else 1
@@ -661,7 +671,7 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         head=head, loss=loss, embedding=emb_saved if emb_sids else 0, checkpoints=checkpoints,
         n_layers=n, segment=seg, layer_input=layer_input, logits_bytes=logits_bytes,
         logits_fp32=T * V * FP32, backward_first=max(first, bwd_first), backward_per=max(per, bwd_per),
-        input_saved=input_saved,
+        input_saved=input_saved, plain_blocks=plain,
     )
 
 
@@ -677,7 +687,8 @@ def _backward_peak(events: list[tuple[int, int]], start: int) -> int:
 
 def checkpoint_segment(spec: RunSpec, n_layers: int) -> int:
     """Blocks per checkpointed segment: 0 without checkpointing, 1 for ``full`` (transformers checkpoints
-    every decoder layer), k for ``every-k``, ceil(sqrt(L)) for ``sqrt`` (Chen et al. 2016, section 4).
+    every decoder layer) and for the checkpointed blocks of ``every-k`` (one block in k, the others not
+    checkpointed; 0 when k > L), ceil(sqrt(L)) for ``sqrt`` (Chen et al. 2016, section 4).
 
     A segment keeps only its input (b*s*h) through the forward; the backward recomputes one segment at a
     time, so the recompute holds ``segment`` blocks' activations at once.
@@ -687,7 +698,7 @@ def checkpoint_segment(spec: RunSpec, n_layers: int) -> int:
     if spec.checkpointing == "full":
         return 1
     if spec.checkpointing == "every-k":
-        return min(spec.checkpoint_every, n_layers)
+        return 1 if spec.checkpoint_every <= n_layers else 0
     k = 1
     while k * k < n_layers:
         k += 1

@@ -184,7 +184,12 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
                                     "gradients": st.grads_head}
     # backward of the last block: the other blocks' saved tensors (or the checkpoints, plus the segment
     # being recomputed) + the block's own backward (saved + gradients at its widest op)
-    if seg:
+    if act.plain_blocks:
+        # every-k: the last block is checkpointed when k divides L, otherwise it kept everything
+        last_ckpt = n % spec.checkpoint_every == 0
+        others = act.layers - (act.input_saved if last_ckpt else act.per_layer)
+        last_grads = st.grads_per_layer
+    elif seg:
         # the recomputed block saves its own input, which is the checkpoint itself: count it once
         others = act.checkpoints + (min(seg, n) - 1) * act.per_layer - act.input_saved
         last_grads = st.grads_per_layer * min(seg, n)
@@ -197,7 +202,9 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
                                        "temporaries": bwd_per + resid_grad}
     # backward of the first block: its own backward + every block's gradients
     first_others = act.layer_input - act.input_saved if seg and not spec.offload else 0
-    if seg and seg > 1:
+    if act.plain_blocks:
+        first_others = 0  # block 0 is never the k-th: it kept everything, nothing else is left
+    elif seg and seg > 1:
         first_others += (min(seg, n) - 1) * act.per_layer
     moments["backward: first block"] = {**base, "activations": first_others + other_saved,
                                         "gradients": g_head + g_layers,
