@@ -68,22 +68,19 @@ def verdict(est: MemoryEstimate) -> str:
 
 
 def rule_of_thumb_line(est: MemoryEstimate) -> str:
-    """The lesson's L*b*s*h*20 beside memfit's activations, and why they differ."""
+    """The lesson's L*b*s*h*20 beside memfit's activations, and where the difference comes from."""
     rot, act = est.rule_of_thumb_bytes, est.activation_bytes
-    s = est.spec
-    ratio = act / rot if rot else 0.0
-    reasons = []
-    if s.checkpointing != "none":
-        reasons.append("checkpointing keeps only block inputs")
-    if s.method != "full":
-        reasons.append("frozen linears keep no inputs for weight gradients")
-    if s.attention == "eager":
-        reasons.append("eager attention keeps the b*a*s^2 scores")
-    if s.precision in ("fp32",) or s.is_mixed:
-        reasons.append("fp32 tensors (norms, residual stream) are 4 B, not 2")
-    reasons.append("the loss keeps fp32 log-probabilities b*s*V*4")
-    return (f"rule of thumb L*b*s*h*20 = {rot:,} B ({rot / BYTES_PER_GB:.2f} GB, {_gib(rot)}); memfit's "
-            f"saved activations = {act:,} B ({_gib(act)}), x{ratio:.2f}: " + "; ".join(reasons))
+    s, sh, a = est.spec, est.shape, est.activations
+    unit = s.batch * s.seq * sh.hidden  # one token x hidden unit
+    per = a.per_layer / unit
+    parts = sorted(a.by_component.items(), key=lambda kv: -kv[1])[:4]
+    top = ", ".join(f"{k} {v / unit:.1f}" for k, v in parts)
+    notes = [f"memfit's block keeps {per:.1f} B per token x hidden (the rule says 20): {top}"]
+    if a.segment:
+        notes.append(f"checkpointing keeps {a.checkpoints:,} B of block inputs instead")
+    notes.append(f"the loss keeps fp32 log-probabilities b*s*V*4 = {a.logits_fp32:,} B")
+    return (f"rule of thumb L*b*s*h*20 = {rot:,} B ({rot / BYTES_PER_GB:.2f} GB, {_gib(rot)}); memfit's saved "
+            f"activations = {act:,} B ({_gib(act)}), x{act / rot:.2f}. " + "; ".join(notes))
 
 
 def explain_table(est: MemoryEstimate) -> Table:
