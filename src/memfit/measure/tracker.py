@@ -252,7 +252,7 @@ class LiveTensorTracker(TorchDispatchMode):
         rec.ref = weakref.ref(storage)
         self._live[uid] = rec
         self._by_storage[id(storage)] = uid
-        weakref.finalize(storage, self._free, uid, id(storage))
+        weakref.finalize(storage, self._free, uid, id(storage)).atexit = False
         self._add(rec.nbytes)
         return uid
 
