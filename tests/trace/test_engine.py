@@ -55,6 +55,7 @@ GRID = [
     {"method": "lora", "precision": "fp32", "checkpointing": "full", "attention": "sdpa"},
     {"method": "lora", "precision": "mixed-bf16", "checkpointing": "none", "attention": "sdpa"},
     {"method": "lora", "precision": "bf16", "checkpointing": "full", "attention": "eager", "padding_mask": True},
+    {"method": "lora", "precision": "bf16", "checkpointing": "none", "attention": "sdpa", "padding_mask": True},
 ]
 
 
@@ -67,6 +68,25 @@ def test_spec_grid_matches_a_real_cpu_step(fields: dict[str, object]) -> None:
     real = measure_point(cfg, spec, device="cpu", steps=1, warmup=0)
     assert traced.peak_bytes == pytest.approx(real.peak_bytes, rel=0.01)
     assert traced.peak_phase == real.peak_phase
+
+
+def test_lora_adapters_are_fake_and_counted_as_peft_makes_them() -> None:
+    """PEFT's adapters are built on meta and swapped for fakes like the base weights (no ``.to()`` of a
+    fake module). Worked by hand, default targets q_proj, v_proj, r=16, hidden 64, 2 kv heads of 16:
+    q_proj A 16x64 + B 64x16 = 2,048; v_proj A 16x64 + B 32x16 = 1,536; 2 layers: 7,168 parameters,
+    fp32 adapters (PEFT's default): 28,672 B; AdamW keeps two fp32 moments: 57,344 B (+ step counters)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    from memfit.trace.fake import fake_model
+
+    cfg = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=VOCAB)
+    spec = RunSpec(method="lora", precision="bf16", batch=1, seq=16, device="cpu")
+    model = fake_model(cfg, spec, FakeTensorMode())
+    params = list(model.parameters())
+    assert params and all(isinstance(p, FakeTensor) and p.device.type == "cpu" for p in params)
+    traced = trace_step(cfg, spec)
+    assert traced.model_states["weights_trainable"] == 7_168 * 4
+    assert 57_344 <= traced.model_states["optimizer"] < 57_344 + 64 * 4 * 8
 
 
 def test_a_gpt2_sized_model_traces_without_allocating() -> None:
