@@ -139,7 +139,7 @@ def test_eager_quadratic_sdpa_linear() -> None:
 def test_checkpointing_never_raises_the_peak(method: str, mode: str) -> None:
     for shape in (LESSON, LLAMA8B, lookup("gpt2").shape):
         for batch, seq in ((1, 512), (4, 2048)):
-            spec = RunSpec(method=method, batch=batch, seq=seq)
+            spec = RunSpec(method=method, batch=batch, seq=min(seq, shape.max_positions))
             base = estimate_memory(shape, spec).peak_bytes
             ck = estimate_memory(shape, spec.with_(checkpointing=mode)).peak_bytes
             assert ck <= base, (shape.name, method, mode, batch, seq)
@@ -179,6 +179,8 @@ def test_bad_inputs_raise_memfit_error() -> None:
         estimate_memory(LESSON, RunSpec(targets=("nonexistent_proj",)))
     with pytest.raises(MemfitError, match="--targets"):
         estimate_memory(lookup("phi-3-mini").shape, RunSpec())
+    with pytest.raises(MemfitError, match="learned positions"):
+        estimate_memory(lookup("gpt2").shape, RunSpec(seq=2048))
 
 
 def test_estimate_is_fast() -> None:
@@ -199,7 +201,7 @@ def test_every_catalogue_model_estimates() -> None:
         att = "eager" if e.shape.model_type == "gemma2" else "sdpa"
         tg = ("qkv_proj",) if e.shape.model_type == "phi3" else ()
         for method in ("full", "lora", "qlora"):
-            est = estimate_memory(e.shape, RunSpec(method=method, attention=att, targets=tg))
+            est = estimate_memory(e.shape, RunSpec(method=method, attention=att, targets=tg, seq=1024))
             assert isinstance(est, MemoryEstimate) and est.peak_bytes > est.model_states.weights_frozen
 
 

@@ -561,6 +561,9 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     if shape.model_type == "gemma2" and spec.attention == "sdpa":
         raise MemfitError("gemma2 has no sdpa path in transformers (its attention soft-capping needs the "
                           "scores): pass --attention eager (or flash on CUDA)")
+    if shape.position == "learned" and spec.seq > shape.max_positions:
+        raise MemfitError(f"{shape.name} has {shape.max_positions:,} learned positions; --seq {spec.seq:,} "
+                          f"exceeds them: use --seq {shape.max_positions} or less")
     autocast = spec.is_mixed
     c = spec.compute_bytes
     ctx = _Ctx(spec=spec, shape=shape, autocast=autocast, c=c)
