@@ -152,6 +152,11 @@ def test_gpu_verdict() -> None:
     big = trace_step(cfg, RunSpec(batch=1, seq=16, device="cpu", gpu="1GiB"))
     assert small.gpu_bytes == 16 * 1024 and small.fits is False
     assert big.fits is True
+    assert big.reserved_bytes == big.peak_bytes  # on CPU nothing is reserved beyond the live tensors
+    # on CUDA the estimate's stated assumptions: + 5% + 256 MiB allocator, + 512 MiB context
+    cuda = trace_step(cfg, RunSpec(batch=1, seq=16, device="cuda", gpu="1GiB"))
+    assert cuda.reserved_bytes == cuda.peak_bytes + int(cuda.peak_bytes * 0.05) + 768 * 1024**2
+    assert cuda.fits is True  # 768 MiB + a few MiB < 1 GiB
 
 
 def test_checkpointing_lowers_the_traced_peak_on_a_deep_narrow_model() -> None:

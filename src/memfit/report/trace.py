@@ -114,5 +114,6 @@ def verdict(result: TraceResult) -> str | None:
 def trace_json(result: TraceResult, estimate: dict[str, Any] | None = None) -> dict[str, Any]:
     d = result.to_dict()
     if estimate is not None:
-        d["estimate"] = {"peak_bytes": estimate.get("peak_bytes"), "components": estimate.get("components")}
+        d["estimate"] = {"peak_bytes": estimate.get("peak_bytes"), "reserved_bytes": estimate.get("reserved_bytes"),
+                         "components": estimate.get("components")}
     return d

@@ -232,7 +232,19 @@ def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, track
         per_module=per_module, per_layer_peak=dict(sorted(per_layer.items())),
         saved_by_module=dict(sorted(ledger.by_module.items())), saved_by_layer=ledger.by_layer(),
         build_seconds=build_seconds, step_seconds=step_seconds, gpu_bytes=gpu_bytes(spec.gpu),
+        reserved_bytes=reserved_bytes(int(summary["peak_bytes"]), spec),
     )
+
+
+def reserved_bytes(peak: int, spec: RunSpec) -> int:
+    """What the device reserves around the traced peak, with the estimate's stated assumptions (so the two
+    engines judge ``fits`` alike): on CUDA, peak + 5% + 256 MiB of allocator segments and fragmentation +
+    512 MiB of CUDA context and cuBLAS/cuDNN workspaces (``memfit.estimate.budget``); on CPU, the peak."""
+    if spec.device != "cuda":
+        return peak
+    from memfit.estimate.budget import ALLOCATOR_OVERHEAD_BYTES, ALLOCATOR_OVERHEAD_FRACTION, CUDA_CONTEXT_BYTES
+
+    return peak + int(peak * ALLOCATOR_OVERHEAD_FRACTION) + ALLOCATOR_OVERHEAD_BYTES + CUDA_CONTEXT_BYTES
 
 
 def gpu_bytes(gpu: str | None) -> int | None:

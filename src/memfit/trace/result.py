@@ -60,7 +60,7 @@ class TraceResult:
 
     @property
     def fits(self) -> bool | None:
-        """Whether the peak fits the GPU of ``--gpu`` (None without one)."""
+        """Whether ``reserved_bytes`` (the peak on CPU) fits the GPU of ``--gpu`` (None without one)."""
         if self.gpu_bytes is None:
             return None
         return (self.reserved_bytes or self.peak_bytes) <= self.gpu_bytes
