@@ -79,13 +79,15 @@ def gsm8k_lengths() -> np.ndarray:
 
 
 def best_of(repeats: int, fn, *args):
-    """Fastest of ``repeats`` wall-clock runs (the box is shared: the minimum is the least disturbed run)."""
-    best = math.inf
+    """Fastest of ``repeats`` runs as (wall seconds, CPU seconds of this process, result). The box is shared:
+    the minimum is the least disturbed run, and CPU seconds leave out the time spent waiting for a core."""
+    best = cpu_best = math.inf
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn(*args)
         best = min(best, time.perf_counter() - t)
-    return best, out
+        cpu_best = min(cpu_best, time.process_time() - c)
+    return best, cpu_best, out
 
 
 def packing_rows(n: int, gsm: np.ndarray) -> list[str]:
@@ -101,26 +103,26 @@ def packing_rows(n: int, gsm: np.ndarray) -> list[str]:
         f"### Packing {n:,} lengths (1 thread; memfit: fastest of 3 runs, baselines: 1 run; wall clock on a "
         "shared 2-core box, see the load average above)",
         "",
-        "| lengths | max_len | algorithm | time (s) | rows | efficiency | lower bound rows | bound / rows |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "| lengths | max_len | algorithm | wall (s) | CPU (s) | rows | efficiency | lower bound rows | bound / rows |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, make in dists.items():
         for max_len in (2048, 4096):
             lengths = make(max_len)
             bound = math.ceil(int(lengths.sum()) / max_len)
             runs = []
-            secs, (_, starts) = best_of(3, pack_bfd, lengths, max_len)
-            runs.append(("memfit BFD (`pack_bfd`, CSR)", secs, len(starts) - 1))
-            secs, bins = best_of(3, pack_lengths, lengths, max_len)
-            runs.append(("memfit BFD (`pack_lengths`, lists)", secs, len(bins)))
-            secs, nf = best_of(1, next_fit, lengths, max_len)
-            runs.append(("next-fit (Python loop)", secs, nf))
-            secs, ff = best_of(1, first_fit, lengths, max_len)
-            runs.append(("first-fit (Python segment tree)", secs, ff))
-            for algo, secs, rows in runs:
+            secs, cpu, (_, starts) = best_of(3, pack_bfd, lengths, max_len)
+            runs.append(("memfit BFD (`pack_bfd`, CSR)", secs, cpu, len(starts) - 1))
+            secs, cpu, bins = best_of(3, pack_lengths, lengths, max_len)
+            runs.append(("memfit BFD (`pack_lengths`, lists)", secs, cpu, len(bins)))
+            secs, cpu, nf = best_of(1, next_fit, lengths, max_len)
+            runs.append(("next-fit (Python loop)", secs, cpu, nf))
+            secs, cpu, ff = best_of(1, first_fit, lengths, max_len)
+            runs.append(("first-fit (Python segment tree)", secs, cpu, ff))
+            for algo, secs, cpu, rows in runs:
                 eff = int(lengths.sum()) / (rows * max_len)
-                out.append(f"| {name} | {max_len:,} | {algo} | {secs:.3f} | {rows:,} | {eff:.3%} | {bound:,} | "
-                           f"{bound / rows:.4%} |")
+                out.append(f"| {name} | {max_len:,} | {algo} | {secs:.3f} | {cpu:.3f} | {rows:,} | {eff:.3%} | "
+                           f"{bound:,} | {bound / rows:.4%} |")
                 print(out[-1], flush=True)
     return out
 
@@ -171,7 +173,7 @@ def throughput_rows(tok, examples, steps: int) -> list[str]:
     results = []
     for name, gen in (("padded (batch 8, pad to longest, 2D mask)", padded_batches),
                       ("packed (1 row of 2,048, position_ids, no mask)", lambda: packed_batches(2048, 1)),
-                      ("packed (4 rows of 512, position_ids, no mask)", lambda: packed_batches(512, 4))):
+                      ("packed (2 rows of 1,024, position_ids, no mask)", lambda: packed_batches(1024, 2))):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -233,6 +235,15 @@ def main() -> int:
     tok, examples, gsm = gsm8k_lengths()
     rows = packing_rows(100_000 if args.quick else 1_000_000, gsm)
     rows += throughput_rows(tok, examples, 3 if args.quick else 10)
+    rows += [
+        "",
+        "Reading it: best-fit decreasing is within 0.02% of the bound on chat-like lengths. On GSM8K-like lengths "
+        "(no example shorter than a few dozen tokens) it ends many rows with a gap shorter than any example left, so it stays "
+        "0.3-0.7% above the bound, which assumes examples could be cut anywhere; first-fit in input order wastes "
+        "2-4x more, next-fit 5-20%. Real tokens per second is the figure that matters for training: padded "
+        "batches spend compute on pad slots; packed rows have none, but each packed row of 2,048 has a longer "
+        "attention span (sdpa with a materialised block mask), so slots/s is lower than for short padded batches.",
+    ]
     write_section(rows)
     return 0
 
