@@ -71,3 +71,17 @@ def test_bisection_reports_zero_when_batch_one_does_not_fit() -> None:
     found, probes = bisect_max_batch(lambda s: _point(s.batch, None, fits=False), RunSpec(device="cpu"), start=8)
     assert found == 0
     assert [p.batch for p in probes] == [8, 4, 2, 1]
+
+
+def test_bisection_reuses_points_already_measured() -> None:
+    calls: list[int] = []
+
+    def measure(spec: RunSpec) -> PointResult:
+        calls.append(spec.batch)
+        return _point(spec.batch, spec.batch * 10 if spec.batch <= 5 else None, fits=spec.batch <= 5)
+
+    known = {4: _point(4, 40), 8: _point(8, None, fits=False)}
+    found, probes = bisect_max_batch(measure, RunSpec(device="cpu"), start=4, known=known)
+    assert found == 5
+    assert 4 not in calls and 8 not in calls  # taken from the sweep, not measured again
+    assert calls == [6, 5]

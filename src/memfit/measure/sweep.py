@@ -233,16 +233,21 @@ def estimated_max_batch(config: dict[str, Any], spec: RunSpec, limit_bytes: int,
     return lo
 
 
-def bisect_max_batch(measure: Measure, spec: RunSpec, *, start: int, cap: int = 1024) -> tuple[int, list[PointResult]]:
+def bisect_max_batch(measure: Measure, spec: RunSpec, *, start: int, cap: int = 1024,
+                     known: dict[int, PointResult] | None = None) -> tuple[int, list[PointResult]]:
     """The largest batch for which ``measure(spec.with_(batch=b)).fits``, from a starting guess.
 
     Fits at ``start``: double until it does not (or ``cap``); does not fit: halve until it does; then
     bisect between the last fitting and the first failing batch. Returns 0 when batch 1 does not fit.
+    ``known`` holds points already measured (the sweep's), which are not measured again.
     """
     probes: list[PointResult] = []
     seen: dict[int, bool] = {}
 
     def fits(b: int) -> bool:
+        if b not in seen and known and b in known:
+            probes.append(known[b])
+            seen[b] = known[b].fits
         if b not in seen:
             r = measure(spec.with_(batch=b))
             probes.append(r)
@@ -361,7 +366,8 @@ def run_sweep(config: dict[str, Any], spec: RunSpec, *, model: str, batches: lis
             raise MemfitError("--max-batch on CPU needs --memory-limit (a simulated device size, e.g. 2GiB)")
         base = spec.with_(seq=max(seqs), checkpointing=checkpointing[-1])
         start = estimated_max_batch(config, base, limit)
-        found, probes = bisect_max_batch(measure, base, start=start or 1)
+        known = {r.batch: r for r in runs if r.seq == base.seq and r.checkpointing == base.checkpointing}
+        found, probes = bisect_max_batch(measure, base, start=start or 1, known=known)
         best = MaxBatchResult(seq=base.seq, checkpointing=base.checkpointing, limit_bytes=limit,
                               estimate_start=start, max_batch=found, probes=tuple(probes))
     return SweepResult(model=model, spec=spec, device=device, runs=tuple(runs), fits=tuple(batch_fits(runs, shape)),
