@@ -229,3 +229,33 @@ def test_an_attention_transformers_refuses_is_one_clear_error() -> None:
     """Gemma 2's logit soft-capping has no sdpa path in transformers: say so and name --attention eager."""
     with pytest.raises(MemfitError, match="--attention eager"):
         trace_step(config("gemma2"), RunSpec(attention="sdpa", batch=1, seq=16))
+
+
+def test_cuda_autocast_float32_ops_are_emulated() -> None:
+    """CUDA autocast runs pow/exp/softmax... in float32 whatever the input; CPU autocast does not."""
+    import torch.nn.functional as F
+
+    from memfit.trace.cuda import CudaAutocastFloat32
+
+    x = torch.ones(2, 4, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.pow(x, 3).dtype == torch.bfloat16  # CPU autocast leaves it in bf16
+        with CudaAutocastFloat32():
+            assert torch.pow(x, 3).dtype == torch.float32
+            assert x.exp().dtype == torch.float32
+            assert F.softmax(x, dim=-1).dtype == torch.float32
+            assert F.softmax(x, dim=-1, dtype=torch.bfloat16).dtype == torch.bfloat16  # explicit dtype kept
+            assert F.silu(x).dtype == torch.bfloat16  # not on CUDA's float32 list
+    with CudaAutocastFloat32():
+        assert torch.pow(x, 3).dtype == torch.bfloat16  # outside autocast nothing changes
+
+
+def test_attention_dropout_takes_flash_on_cuda_but_math_on_cpu() -> None:
+    """GPT-2 trains with attention dropout 0.1: the CPU flash kernel has no dropout, so CPU keeps the
+    (b, a, s, s) probabilities and the dropout mask; CUDA's flash kernel does dropout itself. Per layer at
+    b=2, a=4, s=64 the probabilities alone are 2 x 4 x 64 x 64 x 2 B = 65,536 B (bf16)."""
+    cfg = tiny_config("gpt2", layers=1, hidden=64, heads=4, vocab=VOCAB)
+    spec = RunSpec(method="full", precision="bf16", batch=2, seq=64)
+    cpu = trace_step(cfg, spec.with_(device="cpu")).saved_by_module["transformer.h.0.attn"]
+    cuda = trace_step(cfg, spec.with_(device="cuda")).saved_by_module["transformer.h.0.attn"]
+    assert cpu - cuda >= 2 * 4 * 64 * 64 * 2

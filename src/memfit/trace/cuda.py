@@ -10,7 +10,10 @@ is exact as traced. Three things are not, and are corrected here for ``--device 
    order (``torch/csrc/.../sdp_utils.cpp``):
 
    - flash (FlashAttention-2): fp16/bf16, no ``attn_mask``, head_dim a multiple of 8 and <= 256, GQA
-     supported. Saves ``q, k, v, out`` and ``lse (b, a, s)`` fp32, like the CPU flash kernel. Its
+     and dropout supported. Saves ``q, k, v, out`` and ``lse (b, a, s)`` fp32, like the CPU flash kernel
+     (plus the RNG seed and offset with dropout). Note the CPU flash kernel has no dropout: a model with
+     attention dropout in training (GPT-2's ``attn_pdrop``) takes the math path on CPU, keeping the
+     ``(b, a, s, s)`` probabilities and dropout mask, but the flash kernel on CUDA. Its
      backward allocates, inside the kernel, ``softmax_d (b, a, s128)`` fp32 and ``dq_accum (b, s128, a,
      d32)`` fp32 (s128 = s rounded up to 128, d32 = d rounded up to 32), and for GQA the per-query-head
      ``dk, dv (b, s, a, d)`` before summing them to the kv heads.
@@ -32,8 +35,18 @@ is exact as traced. Three things are not, and are corrected here for ``--device 
    (``kMinBlockSize`` in ``c10/cuda/CUDACachingAllocator.cpp``) and ``max_memory_allocated`` counts
    the rounded sizes; a CUDA trace counts each storage rounded up to 512 B.
 
+4. **Autocast op lists** (``mixed-*``). CUDA autocast runs a list of ops in float32 whatever their
+   input (``pow``, ``exp``, ``rsqrt``, ``softmax``, ``log_softmax``, ``layer_norm``, ``sum``, the losses...:
+   "CUDA Ops that can autocast to float32" in PyTorch's AMP reference); CPU autocast leaves those ops in
+   bf16. For most catalogue models those ops already see float32 (the residual stream and the norms run
+   in float32, softmax is called with ``dtype=float32``), but e.g. GPT-2's ``gelu_new`` computes
+   ``pow(x, 3)`` on a bf16 projection: on CUDA that and everything after it in the activation is float32.
+   :class:`CudaAutocastFloat32` casts the inputs of those ops to float32 during a CUDA ``mixed-*`` trace,
+   as CUDA autocast does (the casts are recorded by autograd, as autocast's are).
+
 Not modelled: cuBLAS workspaces, fragmentation of large blocks and the CUDA context (those belong to
-``reserved_bytes``), and the differences between CPU and CUDA autocast op lists for ``mixed-*``.
+``reserved_bytes``; the estimate's stated assumptions are used for it), and which of flash and cuDNN
+attention a given GPU prefers (both save the output and a float32 log-sum-exp per row).
 """
 
 from __future__ import annotations
@@ -45,6 +58,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 CUDA_BLOCK_BYTES = 512  # c10/cuda/CUDACachingAllocator.cpp kMinBlockSize: every block is a multiple of it
 FLASH_MAX_HEAD_DIM = 256  # FlashAttention-2 supports head dims up to 256, multiples of 8
@@ -82,17 +97,17 @@ class _FlashAttention(torch.autograd.Function):
     """Memory of CUDA's FlashAttention-2 through ``scaled_dot_product_attention`` (values are fake)."""
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
         b, a, s, _ = q.shape
         dv = v.shape[-1]
         out = q.new_empty((b, s, a, dv)).transpose(1, 2)  # the kernel writes (b, s, a, d)
         lse = q.new_empty((b, a, s), dtype=torch.float32)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out, lse, *_philox(q, dropout_p))
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        q, k, v, _out, _lse = ctx.saved_tensors
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v = ctx.saved_tensors[:3]
         b, a, s, d = q.shape
         kv_heads, sk = k.shape[1], k.shape[2]
         s128 = _round_up(s, 128)
@@ -110,7 +125,14 @@ class _FlashAttention(torch.autograd.Function):
             dk = k.new_empty((b, sk, kv_heads, d)).transpose(1, 2)
             dvv = v.new_empty((b, sk, kv_heads, v.shape[-1])).transpose(1, 2)
         del softmax_d, dq_accum
-        return dq, dk, dvv
+        return dq, dk, dvv, None
+
+
+def _philox(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, ...]:
+    """With dropout, the CUDA kernels keep the RNG seed and offset as two 0-d int64 device tensors."""
+    if dropout_p <= 0.0:
+        return ()
+    return (q.new_empty((), dtype=torch.int64), q.new_empty((), dtype=torch.int64))
 
 
 class _EfficientAttention(torch.autograd.Function):
@@ -118,14 +140,12 @@ class _EfficientAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                bias: torch.Tensor | None) -> torch.Tensor:
+                bias: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
         b, a, s, _ = q.shape
         out = q.new_empty((b, s, a, v.shape[-1])).transpose(1, 2)
         lse = q.new_empty((b, a, _round_up(s, 32)), dtype=torch.float32)
-        if bias is not None:
-            ctx.save_for_backward(q, k, v, out, lse, bias)
-        else:
-            ctx.save_for_backward(q, k, v, out, lse)
+        extra = (bias,) if bias is not None else ()
+        ctx.save_for_backward(q, k, v, out, lse, *extra, *_philox(q, dropout_p))
         return out
 
     @staticmethod
@@ -137,7 +157,7 @@ class _EfficientAttention(torch.autograd.Function):
         dk = torch.empty_like(k)
         dvv = torch.empty_like(v)
         del delta
-        return dq, dk, dvv, None
+        return dq, dk, dvv, None, None
 
 
 def _additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -163,11 +183,11 @@ def cuda_scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, va
                              for t in (query, key, value))
     backend = cuda_backend(query, key, value, attn_mask, enable_gqa)
     if backend == "flash":
-        out: torch.Tensor = _FlashAttention.apply(query, key, value)
+        out: torch.Tensor = _FlashAttention.apply(query, key, value, dropout_p)
         return out
     if backend == "efficient":
         bias = _additive_mask(attn_mask, query.dtype) if attn_mask is not None else None
-        out = _EfficientAttention.apply(query, key, value, bias)
+        out = _EfficientAttention.apply(query, key, value, bias, dropout_p)
         return out
     mask = _additive_mask(attn_mask, query.dtype) if attn_mask is not None else None
     result = torch.ops.aten._scaled_dot_product_attention_math(
@@ -192,3 +212,34 @@ def use_foreach(optimizer: Any) -> None:
         optimizer.defaults["foreach"] = True
         for group in optimizer.param_groups:
             group["foreach"] = True
+
+
+# PyTorch AMP reference, "CUDA Ops that can autocast to float32" (the ops a CUDA autocast region runs in
+# float32 whatever the input dtype; "set opt dtype" ops keep an explicit ``dtype=`` argument).
+CUDA_AUTOCAST_FP32_OPS = frozenset({
+    "__pow__", "__rdiv__", "__rpow__", "__rtruediv__", "acos", "asin", "binary_cross_entropy_with_logits",
+    "cosh", "cosine_embedding_loss", "cdist", "cosine_similarity", "cross_entropy", "cumprod", "cumsum",
+    "dist", "erfinv", "exp", "expm1", "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss", "layer_norm",
+    "log", "log_softmax", "log10", "log1p", "log2", "margin_ranking_loss", "mse_loss",
+    "multilabel_margin_loss", "multi_margin_loss", "nll_loss", "norm", "normalize", "pdist",
+    "poisson_nll_loss", "pow", "prod", "reciprocal", "rsqrt", "sinh", "smooth_l1_loss", "soft_margin_loss",
+    "softmax", "softmin", "softplus", "sum", "renorm", "tan", "triplet_margin_loss",
+})
+_LOW = (torch.bfloat16, torch.float16)
+
+
+class CudaAutocastFloat32(TorchFunctionMode):
+    """While CPU autocast is on, run CUDA autocast's float32 ops in float32 (inputs cast, as CUDA does)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if (getattr(func, "__name__", "") in CUDA_AUTOCAST_FP32_OPS and kwargs.get("dtype") is None
+                and torch.is_autocast_enabled("cpu")):
+            args, kwargs = tree_map(_to_float32, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _to_float32(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.dtype in _LOW:
+        return x.float()
+    return x

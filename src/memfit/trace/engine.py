@@ -48,7 +48,7 @@ from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
 from memfit.measure.step import make_optimizer, make_scaler, run_step
 from memfit.measure.tracker import CATEGORIES, LiveTensorTracker
-from memfit.trace.cuda import cuda_attention, round_cuda, use_foreach
+from memfit.trace.cuda import CudaAutocastFloat32, cuda_attention, round_cuda, use_foreach
 from memfit.trace.fake import fake_model
 from memfit.trace.result import ModuleBytes, TraceResult
 from memfit.trace.scopes import ModuleScopes, SavedTensorLedger, layer_index
@@ -143,6 +143,8 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         stack.enter_context(_known_inputs())
         if is_cuda:
             stack.enter_context(cuda_attention())
+            if spec.is_mixed:
+                stack.enter_context(CudaAutocastFloat32())
         stack.enter_context(tracker)
         stack.enter_context(scopes)
         stack.enter_context(_phase_labels(tracker, scopes))
