@@ -18,7 +18,8 @@ print("device", torch.cuda.get_device_name(0), f"{torch.cuda.get_device_properti
 PY
 
 echo "== CUDA tests (tests/measure -m cuda)"
-$PY -m pytest -q -p no:cacheprovider -m cuda tests/measure 2>&1 | tee "$OUTDIR/cuda_tests.log"
+$PY -m pytest -q -p no:cacheprovider -m cuda tests/measure 2>&1 | tee "$OUTDIR/cuda_tests.log" \
+    || echo "== CUDA TESTS FAILED (see above); the sweep runs anyway"
 
 echo "== sweep: qwen2.5-0.5b LoRA mixed-bf16, batch 1,2,4, seq 1024, checkpointing both"
 $PY -m memfit measure qwen2.5-0.5b --method lora --precision mixed-bf16 --batch 1,2,4 --seq 1024 \

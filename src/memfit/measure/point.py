@@ -34,6 +34,8 @@ from memfit.measure.tracker import CATEGORIES, LiveTensorTracker, SimulatedOutOf
 
 __all__ = ["PointResult", "measure_point"]
 
+_CUDA_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError: 2.5+
+
 
 def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu", steps: int = 3,
                   warmup: int = 1, tracked_steps: int = 2, memory_limit: int | None = None,
@@ -73,7 +75,7 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
                 losses.append(r.loss)
         times = time_steps(model, spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
                            device=device, steps=steps, warmup=warmup, scaler=scaler)
-    except (SimulatedOutOfMemoryError, torch.OutOfMemoryError) as exc:
+    except (SimulatedOutOfMemoryError, _CUDA_OOM) as exc:
         return PointResult(**common, fits=False, error=_oom_message(exc, spec))
     except RuntimeError as exc:  # OOM raised inside the autograd engine can arrive re-wrapped
         if "out of memory" not in str(exc).lower():
