@@ -124,14 +124,15 @@ def measure_report(result: SweepResult) -> Group:
 
 
 def measure_plot(result: SweepResult, path: str) -> None:
-    """Peak vs batch per (seq, checkpointing): measured points, fit line, estimate beside (MiB)."""
+    """Peak vs batch per (seq, checkpointing): measured points, fit line, estimate beside (MiB or GiB)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    mib = 1024**2
+    top = max([r.peak_bytes or 0 for r in result.runs] + [r.estimate_bytes or 0 for r in result.runs])
+    mib, unit = (1024**3, "GiB = 1024^3 B") if top >= 2 * 1024**3 else (1024**2, "MiB = 1024^2 B")
     groups: dict[tuple[int, str], list[Any]] = {}
     for r in result.runs:
         if r.fits:
@@ -153,7 +154,7 @@ def measure_plot(result: SweepResult, path: str) -> None:
             ax.plot([r.batch for r in est], [r.estimate_bytes / mib for r in est], "x", color=color, ms=9,
                     label=f"{label}: estimate")
     ax.set_xlabel("micro-batch")
-    ax.set_ylabel("peak memory (MiB = 1024^2 B)")
+    ax.set_ylabel(f"peak memory ({unit})")
     ax.set_title(f"{result.model}: peak vs batch ({result.device})")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
