@@ -237,12 +237,13 @@ def main() -> int:
     rows += throughput_rows(tok, examples, 3 if args.quick else 10)
     rows += [
         "",
-        "Reading it: best-fit decreasing is within 0.02% of the bound on chat-like lengths. On GSM8K-like lengths "
-        "(no example shorter than a few dozen tokens) it ends many rows with a gap shorter than any example left, so it stays "
-        "0.3-0.7% above the bound, which assumes examples could be cut anywhere; first-fit in input order wastes "
-        "2-4x more, next-fit 5-20%. Real tokens per second is the figure that matters for training: padded "
-        "batches spend compute on pad slots; packed rows have none, but each packed row of 2,048 has a longer "
-        "attention span (sdpa with a materialised block mask), so slots/s is lower than for short padded batches.",
+        "Reading it: best-fit decreasing is within 0.02% of the bound on chat-like lengths. On GSM8K-like "
+        "lengths (no example shorter than a few dozen tokens) it ends many rows with a gap shorter than any "
+        "example left, so it stays 0.3-0.7% above the bound, which assumes examples could be cut anywhere; "
+        "first-fit in input order wastes 2-4x more, next-fit 5-20%. Real tokens per second is the figure that "
+        "matters for training: padded batches spend compute on pad slots; packed rows have none, but each packed "
+        "row of 2,048 has a longer attention span (sdpa with a materialised block mask), so slots/s is lower "
+        "than for short padded batches.",
     ]
     write_section(rows)
     return 0
