@@ -87,6 +87,9 @@ def test_lora_adapters_are_fake_and_counted_as_peft_makes_them() -> None:
     traced = trace_step(cfg, spec)
     assert traced.model_states["weights_trainable"] == 7_168 * 4
     assert 57_344 <= traced.model_states["optimizer"] < 57_344 + 64 * 4 * 8
+    # on CUDA the 0-d "step" counters stay in host memory: exactly the two moments (each a 512 B multiple)
+    on_cuda = trace_step(cfg, spec.with_(device="cuda"))
+    assert on_cuda.model_states["optimizer"] == on_cuda.components["optimizer"] == 57_344
 
 
 def test_a_gpt2_sized_model_traces_without_allocating() -> None:

@@ -65,11 +65,25 @@ class TraceTracker(LiveTensorTracker):
     def __init__(self, *, vocab: int | None, round_to_block: bool) -> None:
         super().__init__(vocab=vocab)
         self.round_to_block = round_to_block
+        self.host_storages: set[int] = set()  # id()s of storages that live in host memory on the target
+
+    def keep_on_host(self, optimizer: Any) -> None:
+        """torch optimizers keep ``state["step"]`` as a 0-d CPU tensor even for CUDA parameters (unless
+        ``capturable``/``fused``): on a CUDA target those bytes are host memory, not device memory."""
+        for group in optimizer.param_groups:
+            if group.get("capturable") or group.get("fused"):
+                return
+        for state in optimizer.state.values():
+            step = state.get("step") if isinstance(state, dict) else None
+            if isinstance(step, torch.Tensor):
+                self.host_storages.add(id(step.untyped_storage()))
 
     def _see(self, t: torch.Tensor) -> int | None:
         if not self.round_to_block:
             return super()._see(t)
         storage = self._storage(t)
+        if storage is not None and id(storage) in self.host_storages:
+            return None
         known = storage is not None and self._uid(storage) is not None
         uid = super()._see(t)
         if uid is not None and not known:
@@ -131,6 +145,8 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     build_seconds = time.perf_counter() - t0
 
     tracker = TraceTracker(vocab=vocab, round_to_block=is_cuda)
+    if is_cuda:
+        tracker.keep_on_host(optimizer)
     tracker.track_model(model)
     tracker.track_optimizer(optimizer)
     scopes = ModuleScopes(model, tracker)
@@ -296,5 +312,7 @@ def _model_states(model: torch.nn.Module, tracker: LiveTensorTracker) -> dict[st
 
 
 def _booked(tracker: LiveTensorTracker, t: torch.Tensor) -> int:
+    if id(t.untyped_storage()) in getattr(tracker, "host_storages", ()):
+        return 0
     n = int(t.untyped_storage().nbytes())
     return round_cuda(n) if getattr(tracker, "round_to_block", False) else n
