@@ -220,3 +220,14 @@ def test_estimate_runs_with_torch_blocked() -> None:
     out = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_chunked_loss_removes_the_fp32_logits() -> None:
+    shape = lookup("llama-3.1-8b").shape
+    std = estimate_memory(shape, RunSpec(batch=4, seq=2048))
+    ch = estimate_memory(shape, RunSpec(batch=4, seq=2048, loss="chunked"))
+    # standard keeps the fp32 log-softmax b*s*V*4 worked by hand: 4*2048*128,256*4
+    assert std.activations.loss >= 4 * 2048 * 128_256 * 4
+    assert ch.activations.loss < std.activations.loss // 10
+    assert ch.peak_bytes < std.peak_bytes
+    assert len(ch.explain()) > 3

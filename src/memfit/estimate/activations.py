@@ -639,18 +639,36 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     else:
         xf = x_last
     head_trained = full or "lm_head" in spec.modules_to_save
-    lm_w = _Param(V * shape.embed_dim, FP32 if spec.method == "qlora" else spec.weight_bytes, head_trained)
-    logits = ctx.linear(xf, T * V, lm_w, "head")
-    if shape.final_softcap:
-        logits = ctx.new(T * V, logits.bpe, logits.rg)  # / cap
-        logits = ctx.unary_saving_output(logits, "head")  # tanh
-        logits = ctx.new(T * V, logits.bpe, logits.rg)  # * cap
-    head_sids = set(ctx.saved) - before
-    head = sum(ctx.saved[s][0] for s in head_sids)
-
-    # loss: logits.float(); cross_entropy = log_softmax (saves output) + nll_loss (saves labels)
-    loss = T * V * FP32 + T * INT64 + FP32
-    logits_bytes = T * V * logits.bpe
+    lm_bpe = FP32 if spec.method == "qlora" else spec.weight_bytes
+    if spec.loss == "chunked":
+        # fused linear cross-entropy (Liger's LigerFusedLinearCrossEntropyLoss): the forward walks the
+        # tokens in chunks of C rows, computes each chunk's logits and their gradient at once, and keeps
+        # only d(hidden) (b*s*h) and d(lm_head weight) (V*h, when trained) for the backward; the fp32
+        # chunk logits and their gradient (2 x C*V*4) are transient.
+        # C = next_pow2(ceil(b*s / ceil(V / h))).
+        head = sum(ctx.saved[s][0] for s in set(ctx.saved) - before)
+        inc = -(-V // shape.embed_dim)
+        rows = -(-T // inc)
+        chunk = 1
+        while chunk < rows:
+            chunk *= 2
+        chunk = min(chunk, T)
+        loss = T * shape.embed_dim * xf.bpe + (V * shape.embed_dim * lm_bpe if head_trained else 0) + T * INT64
+        logits_bytes = 0
+        logits_fp32 = chunk * V * FP32
+    else:
+        lm_w = _Param(V * shape.embed_dim, lm_bpe, head_trained)
+        logits = ctx.linear(xf, T * V, lm_w, "head")
+        if shape.final_softcap:
+            logits = ctx.new(T * V, logits.bpe, logits.rg)  # / cap
+            logits = ctx.unary_saving_output(logits, "head")  # tanh
+            logits = ctx.new(T * V, logits.bpe, logits.rg)  # * cap
+        head_sids = set(ctx.saved) - before
+        head = sum(ctx.saved[s][0] for s in head_sids)
+        # loss: logits.float(); cross_entropy = log_softmax (saves output) + nll_loss (saves labels)
+        loss = T * V * FP32 + T * INT64 + FP32
+        logits_bytes = T * V * logits.bpe
+        logits_fp32 = T * V * FP32
 
     layer_input = T * h * x1.bpe
     n = shape.n_layers
@@ -673,7 +691,7 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         first_layer=first, per_layer=per, by_component=per_by, first_by_component=first_by, shared=shared,
         head=head, loss=loss, embedding=emb_saved if emb_sids else 0, checkpoints=checkpoints,
         n_layers=n, segment=seg, layer_input=layer_input, logits_bytes=logits_bytes,
-        logits_fp32=T * V * FP32, backward_first=max(first, bwd_first), backward_per=max(per, bwd_per),
+        logits_fp32=logits_fp32, backward_first=max(first, bwd_first), backward_per=max(per, bwd_per),
         input_saved=input_saved, plain_blocks=plain,
     )
 

@@ -54,8 +54,13 @@ def explain_estimate(shape: ModelShape, est: MemoryEstimate) -> tuple[Explanatio
     else:
         out.append(Explanation(component="activations/layers", formula="first block + (L - 1) x block",
                                numbers=f"{act.first_layer:,} + {L - 1} x {act.per_layer:,}", bytes=act.layers))
-    out.append(Explanation(component="logits", formula="b x s x V x 4 (fp32 log-softmax; x3 at backward start)",
-                           numbers=f"{b} x {s} x {V:,} x 4", bytes=act.logits_fp32))
+    if spec.loss == "chunked":
+        out.append(Explanation(component="logits", formula="C x V x 4 per chunk of C rows (fused linear "
+                               "cross-entropy; d(hidden) b x s x h kept instead)",
+                               numbers=f"{act.logits_fp32 // (4 * V):,} x {V:,} x 4", bytes=act.logits_fp32))
+    else:
+        out.append(Explanation(component="logits", formula="b x s x V x 4 (fp32 log-softmax; x3 at backward start)",
+                               numbers=f"{b} x {s} x {V:,} x 4", bytes=act.logits_fp32))
     out.append(Explanation(component="rule of thumb", formula="L x b x s x h x 20 (the lesson)",
                            numbers=f"{L} x {b} x {s} x {h} x 20", bytes=est.rule_of_thumb_bytes))
     out.append(Explanation(component="peak", formula=f"alive at {est.peak_moment}",
