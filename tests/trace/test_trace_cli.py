@@ -34,3 +34,24 @@ def test_trace_unsupported_setting_is_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert code == 1
     assert "qlora" in err and "Traceback" not in err
+
+
+def test_trace_runs_an_architecture_the_estimate_does_not_model(tmp_path, capsys) -> None:
+    """StarCoder2 is not in the estimate's shape models; trace runs transformers' own code for it."""
+    cfg = {"model_type": "starcoder2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300, "max_position_embeddings": 256,
+           "eos_token_id": 0, "bos_token_id": 0}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code = main(["trace", str(tmp_path), "--targets", "q_proj,v_proj", "--batch", "2", "--seq", "32",
+                 "--device", "cpu", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    expected = trace_step(cfg, RunSpec(targets=("q_proj", "v_proj"), batch=2, seq=32, device="cpu"))
+    assert out["peak_bytes"] == expected.peak_bytes > 0
+    assert out.get("estimate") is None  # no shape model: no estimate column, the trace stands alone
+
+
+def test_trace_bad_config_is_one_line(tmp_path, capsys) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    assert main(["trace", str(tmp_path / "config.json")]) == 1
+    assert "not valid JSON" in capsys.readouterr().err

@@ -4,13 +4,15 @@ No ``from __future__ import annotations`` here: ``@spec_options`` rebuilds the s
 see the ``Annotated`` option objects, not strings.
 """
 
+import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from memfit.cli._app import app
 from memfit.cli._spec_options import spec_options
-from memfit.errors import require_extra
+from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, resolve_config
 from memfit.report import console, err_console, print_json
 
@@ -36,7 +38,7 @@ def trace_command(
     from memfit.trace.engine import check_trace_spec, trace_step
 
     check_trace_spec(spec)
-    config = resolve_config(model)
+    config = load_config(model)
     estimate = _estimate(model, spec)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
                   transient=True, disable=json_out) as progress:
@@ -54,6 +56,24 @@ def trace_command(
         console.print(line)
     console.print(f"traced in {result.build_seconds + result.step_seconds:.1f} s "
                   f"(build {result.build_seconds:.1f} s, step {result.step_seconds:.1f} s)", style="dim")
+
+
+def load_config(model: str) -> dict[str, Any]:
+    """A catalogue entry's config, or any ``config.json`` transformers can build (also architectures the
+    estimate does not model: trace runs the real code, so it needs no shape model). Never remote code."""
+    p = Path(model)
+    if not (p.is_dir() or p.suffix == ".json" or p.exists()):
+        return resolve_config(model)
+    file = p / "config.json" if p.is_dir() else p
+    if not file.is_file():
+        raise MemfitError(f"no config file at {file}: pass a catalogue name (`memfit models`) or a config.json path")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MemfitError(f"{file} is not valid JSON ({exc}): pass a Hugging Face config.json") from exc
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise MemfitError(f"{file} has no model_type: add one (e.g. \"llama\") to the config")
+    return config
 
 
 def _estimate(model: str, spec: RunSpec) -> Any:
