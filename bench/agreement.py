@@ -12,6 +12,7 @@ trace (the real model code on fake tensors) stands in for the measurement.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -26,8 +27,10 @@ from memfit.report.agreement import (  # noqa: E402
     RULE_OF_THUMB_BYTES,
     AgreementRow,
     MatrixRow,
+    cuda_matrix,
     fast_matrix,
     full_matrix,
+    measure_row,
     run_row,
     summarise,
 )
@@ -119,12 +122,93 @@ def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
     return "\n".join(lines) + "\n"
 
 
+def cuda_measure(out_path: str) -> int:
+    """Measure every CUDA row in this process (one at a time, memory released between rows)."""
+    import torch
+
+    points = []
+    for row in cuda_matrix():
+        t = time.perf_counter()
+        try:
+            p = measure_row(row).to_dict()
+        except Exception as exc:  # a row that cannot run here is reported, the others go on
+            p = {"fits": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        p["label"], p["seconds"] = row.label, time.perf_counter() - t
+        points.append(p)
+        print(f"{row.label:70s} peak {p.get('peak_bytes')} reserved {p.get('reserved_bytes')} "
+              f"{p.get('error') or ''} ({p['seconds']:.0f} s)", flush=True)
+        torch.cuda.empty_cache()
+    env = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
+    import transformers
+
+    env["transformers"] = transformers.__version__
+    Path(out_path).write_text(json.dumps({"env": env, "points": points}, indent=1))
+    return 0
+
+
+def cuda_results(path: str, *, write: bool) -> int:
+    """Estimate and trace each CUDA row beside what the GPU measured."""
+    from memfit.measure.result import PointResult
+
+    data = json.loads(Path(path).read_text())
+    by_label = {p["label"]: p for p in data["points"]}
+    results, failed = [], []
+    for row in cuda_matrix():
+        p = by_label.get(row.label)
+        if not p or not p.get("fits"):
+            failed.append((row.label, (p or {}).get("error", "not measured")))
+            continue
+        point = PointResult.from_dict({k: v for k, v in p.items() if k not in ("label", "seconds")})
+        r = run_row(row, measured=point)
+        results.append((r, point))
+        print(f"{row.label:70s} measured {r.measured_bytes:>14,} est {r.estimate_error:+.2%} "
+              f"trace {r.trace_error:+.2%}", flush=True)
+    s = summarise([r for r, _ in results])
+    env = data["env"]
+    lines = [
+        f"Full-size catalogue models measured on a real GPU ({env['device']}, torch {env['torch']}, transformers "
+        f"{env['transformers']}): `torch.cuda.max_memory_allocated` over two training steps (the first allocates "
+        "the optimizer state), against memfit's CUDA estimate and trace (run here, on this CPU). "
+        "Regenerate: `bash bench/gpu_run.sh` on the GPU machine, then "
+        "`.venv/bin/python bench/agreement.py --cuda-results agreement_cuda.json`.",
+        "",
+        f"**Summary** over {s.rows} rows: estimate |error| median {s.estimate_median_abs:.2%}, max "
+        f"{s.estimate_max_abs:.2%}; trace |error| median {(s.trace_median_abs or 0):.2%}, max "
+        f"{(s.trace_max_abs or 0):.2%}; rule of thumb median {s.rule_of_thumb_median_abs:.1%}; weights+gradients+"
+        f"optimizer only median {s.states_only_median_abs:.1%}.",
+        "",
+        "| row | measured GiB | reserved GiB | estimate | trace | rule of thumb | states only |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r, point in results:
+        reserved = f"{point.reserved_bytes / BYTES_PER_GIB:.2f}" if point.reserved_bytes else "-"
+        tr = f"{r.trace_error:+.2%}" if r.trace_error is not None else "n/a"
+        lines.append(f"| {r.row.label} | {r.measured_bytes / BYTES_PER_GIB:.2f} | {reserved} | "
+                     f"{r.estimate_error:+.2%} | {tr} | {r.error(r.rule_of_thumb_bytes):+.1%} | "
+                     f"{r.error(r.states_only_bytes):+.1%} |")
+    for label, err in failed:
+        lines.append(f"| {label} | did not run: {err} | | | | | |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if write:
+        write_section("agreement on CUDA", text)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fast", action="store_true", help="only the 6-row subset")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--no-full-size", action="store_true")
+    ap.add_argument("--cuda-measure", metavar="OUT_JSON",
+                    help="on a GPU machine: measure the CUDA matrix (full-size models) and write the points")
+    ap.add_argument("--cuda-results", metavar="JSON",
+                    help="estimate and trace the CUDA matrix against points measured on a GPU machine")
     args = ap.parse_args()
+    if args.cuda_measure:
+        return cuda_measure(args.cuda_measure)
+    if args.cuda_results:
+        return cuda_results(args.cuda_results, write=not args.no_write)
     rows = fast_matrix() if args.fast else full_matrix()
     t0 = time.perf_counter()
     results = []

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One GPU-machine session for everything CUDA in memfit (run from the repo root on the device machine):
+#   1. the agreement matrix on CUDA: full-size catalogue models, two real training steps each
+#      (bench/agreement.py --cuda-measure), written to $OUT/agreement_cuda.json as each row finishes;
+#   2. every CUDA-marked test;
+#   3. bench/gpu_check.sh's measure sweep (checkpointing trade, max-batch bisection).
+# Wheels of the exact transformers/peft versions the CPU side uses may be carried in .whl/.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/memfit_gpu}; mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src:$PWD/tests/estimate${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+  PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, torch.cuda.get_device_name(0))"
+echo "== 1. agreement matrix on CUDA"
+timeout 300 python3 bench/agreement.py --cuda-measure "$OUT/agreement_cuda.json" 2>&1 | grep -v -i warning | tee "$OUT/agreement_cuda.log"
+echo "== 2. CUDA tests"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -o addopts="" tests/measure tests/estimate/test_agreement_cuda.py \
+  tests/trace tests/data/test_collator.py 2>&1 | tail -40 | tee "$OUT/cuda_tests.log"
+echo "== 3. measure sweep"
+timeout 120 bash bench/gpu_check.sh 2>&1 | tail -40 | tee "$OUT/gpu_check.log"
