@@ -45,7 +45,7 @@ def test_estimate_cli_table_and_verdict(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_estimate_cli_bad_gpu(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["estimate", "gpt2", "--gpu", "H900"])
+    code = main(["estimate", "gpt2", "--seq", "512", "--gpu", "H900"])
     assert code == 1
     err = capsys.readouterr().err
     assert "unknown GPU" in err and "Traceback" not in err

@@ -153,9 +153,9 @@ class MemoryEstimate:
 
 def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     """Predict the peak memory of one training step of ``shape`` under ``spec``; see the module docstring."""
+    gpu = resolve_gpu(spec.gpu) if spec.gpu else None
     st = model_states(shape, spec)
     act = estimate_activations(shape, spec)
-    gpu = resolve_gpu(spec.gpu) if spec.gpu else None
     T = spec.batch * spec.seq
     O = st.optimizer  # noqa: E741
     inputs = 2 * T * INT64  # input_ids and labels
