@@ -124,3 +124,26 @@ def test_memory_limit_raises_simulated_oom() -> None:
         _ = torch.empty(200)  # 400 + 800 B > 1000 B
     assert info.value.limit_bytes == 1000
     assert info.value.live_bytes == 1200
+
+
+@pytest.mark.parametrize("optimizer", ["sgd-momentum", "sgd", "adamw"])
+def test_zero_grad_set_to_none_under_the_tracker_does_not_crash(optimizer: str) -> None:
+    """Regression: the peak snapshot used to read p.grad inside the finalizer of that very gradient while
+    zero_grad(set_to_none=True) tore it down, which crashed the interpreter (SIGSEGV) with SGD momentum.
+    Run in a subprocess so a crash fails this test instead of killing the session."""
+    import subprocess
+    import sys
+
+    code = (
+        "from memfit.measure.model import tiny_config\n"
+        "from memfit.measure.point import measure_point\n"
+        "from memfit.estimate import RunSpec\n"
+        "cfg = tiny_config('llama', layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)\n"
+        f"r = measure_point(cfg, RunSpec(method='full', precision='fp32', device='cpu', optimizer='{optimizer}',"
+        " batch=2, seq=32), steps=0, warmup=0)\n"
+        "print(r.by_category['gradients'], r.peak_bytes)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    grads, peak = map(int, out.stdout.split()[-2:])
+    assert peak > 0 and grads >= 0

@@ -44,14 +44,21 @@ def block_linears_by_path(shape: ModelShape) -> dict[str, Linear]:
     return {lin.path: lin for lin in shape.linears()}
 
 
+def default_lora_targets(model_type: str) -> tuple[str, ...]:
+    """PEFT's default LoRA targets for ``model_type``; a MemfitError naming --targets where PEFT has none."""
+    targets = DEFAULT_LORA_TARGETS.get(model_type)
+    if targets is None:
+        hint = "qkv_proj,o_proj" if model_type == "phi3" else "q_proj,v_proj"
+        raise MemfitError(f"PEFT has no default LoRA targets for {model_type}: pass --targets {hint} "
+                          "(or all-linear)")
+    return targets
+
+
 def lora_targets(shape: ModelShape, spec: RunSpec) -> tuple[str, ...]:
     """The target names in effect: ``spec.targets`` or PEFT's default for the architecture."""
     if spec.targets:
         return spec.targets
-    if shape.model_type == "phi3":
-        raise MemfitError("PEFT has no default LoRA targets for phi3: pass --targets qkv_proj,o_proj "
-                          "(or all-linear)")
-    return DEFAULT_LORA_TARGETS.get(shape.model_type, ("q_proj", "v_proj"))
+    return default_lora_targets(shape.model_type)
 
 
 def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:

@@ -47,7 +47,8 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
 )
 
 # PEFT's default LoRA targets per architecture (peft.utils.constants
-# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), used when --targets is not given.
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), used when --targets is not given. PEFT has none for
+# phi3: there memfit, like PEFT, asks for --targets.
 DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "llama": ("q_proj", "v_proj"),
     "mistral": ("q_proj", "v_proj"),
@@ -55,7 +56,6 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "qwen3": ("q_proj", "v_proj"),
     "gemma": ("q_proj", "v_proj"),
     "gemma2": ("q_proj", "v_proj"),
-    "phi3": ("qkv_proj",),
     "gpt2": ("c_attn",),
     "gpt_neox": ("query_key_value",),
     "opt": ("q_proj", "v_proj"),

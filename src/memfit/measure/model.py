@@ -188,14 +188,23 @@ def _fakeify(model: torch.nn.Module, fake_mode: Any, device: torch.device) -> to
     return model
 
 
-def lora_config(spec: RunSpec) -> Any:
-    """PEFT's ``LoraConfig`` for ``spec`` (``targets=()`` = PEFT's default for the architecture)."""
+def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
+    """PEFT's ``LoraConfig`` for ``spec``.
+
+    ``targets=()`` means PEFT's default for the architecture, from the table the estimate uses
+    (:func:`memfit.estimate.lora.default_lora_targets`), so the three engines adapt the same modules and
+    fail the same way (one message naming --targets) where PEFT has no default (Phi-3). Architectures the
+    estimate does not model fall back to PEFT's own lookup.
+    """
     require_extra("peft", "torch")
     from peft import LoraConfig
 
+    from memfit.estimate.lora import default_lora_targets
+    from memfit.estimate.shape import SUPPORTED_MODEL_TYPES
+
     targets: str | list[str] | None
     if not spec.targets:
-        targets = None
+        targets = list(default_lora_targets(model_type)) if model_type in SUPPORTED_MODEL_TYPES else None
     elif spec.targets == (ALL_LINEAR,):
         targets = ALL_LINEAR
     else:
@@ -216,7 +225,7 @@ def _apply_lora(model: torch.nn.Module, spec: RunSpec) -> torch.nn.Module:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            peft_model = get_peft_model(model, lora_config(spec))  # type: ignore[arg-type]
+            peft_model = get_peft_model(model, lora_config(spec, getattr(model.config, "model_type", None)))  # type: ignore[arg-type]
     except ValueError as exc:
         raise MemfitError(f"PEFT cannot apply LoRA with --targets {','.join(spec.targets) or '(default)'}: "
                           f"{exc}. Name modules the model has (e.g. q_proj,v_proj) or use all-linear") from exc

@@ -140,6 +140,12 @@ class LiveTensorTracker(TorchDispatchMode):
         self._in_head = False
         self._head_seen = False
         self._hooks: list[Any] = []
+        # storages known to be a parameter's .grad: recorded when autograd has accumulated a gradient (a
+        # post-accumulate hook), never read from p.grad inside a storage finalizer: a finalizer can run
+        # while that very gradient is being torn down (zero_grad(set_to_none=True)), and reading p.grad
+        # there crashes the interpreter.
+        self._grad_uids: set[int] = set()
+        self._active = False
         self._peak_detail: list[tuple[int, str, str | None]] = []
         self._detail: list[tuple[int, str, str | None]] = []
 
@@ -151,6 +157,10 @@ class LiveTensorTracker(TorchDispatchMode):
             self._register(p, "weights_trainable" if p.requires_grad else "weights_frozen")
             if p.grad is not None:
                 self._register(p.grad, "gradients")
+                self._note_grad(p.grad)
+            if p.requires_grad:
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    functools.partial(_grad_ready, weakref.ref(self))))
         for b in model.buffers():
             self._register(b, "weights_frozen")
         get_head = getattr(model, "get_output_embeddings", None)
@@ -217,8 +227,13 @@ class LiveTensorTracker(TorchDispatchMode):
                 self._see(t)
         return out
 
+    def __enter__(self) -> Any:
+        self._active = True
+        return super().__enter__()
+
     def __exit__(self, *exc: Any) -> Any:
         self._flush()
+        self._active = False
         return super().__exit__(*exc)
 
     # ---- internals ---------------------------------------------------------------------------
@@ -281,6 +296,7 @@ class LiveTensorTracker(TorchDispatchMode):
         if self._by_storage.get(storage_id) == uid:
             del self._by_storage[storage_id]
         self._registered.pop(uid, None)
+        self._grad_uids.discard(uid)
         self.live_bytes -= rec.nbytes
 
     def _flush(self) -> None:
@@ -295,15 +311,13 @@ class LiveTensorTracker(TorchDispatchMode):
             self.phase_snapshots[self._phase] = snap
         self._pending = self._phase_pending = False
 
+    def _note_grad(self, grad: torch.Tensor) -> None:
+        uid = self._see(grad)
+        if uid is not None:
+            self._grad_uids.add(uid)
+
     def _snapshot(self) -> PeakSnapshot:
-        grads: set[int] = set()
-        for ref in self._params:
-            p = ref()
-            if p is not None and p.grad is not None:
-                s = self._storage(p.grad)
-                uid = self._uid(s) if s is not None else None
-                if uid is not None:
-                    grads.add(uid)
+        grads = {uid for uid in self._grad_uids if uid in self._live}
         opt: set[int] = set()
         for oref in self._optimizers:
             o = oref()
@@ -341,6 +355,13 @@ def _enter_head(ref: weakref.ref[LiveTensorTracker], module: torch.nn.Module, ar
     x = args[0] if args else None
     if isinstance(x, torch.Tensor) and x.requires_grad:
         x.register_hook(functools.partial(_leave_head, ref))
+
+
+def _grad_ready(ref: weakref.ref[LiveTensorTracker], param: torch.Tensor) -> None:
+    """Post-accumulate-grad hook: ``param.grad`` now holds this step's gradient."""
+    tracker = ref()
+    if tracker is not None and tracker._active and param.grad is not None:
+        tracker._note_grad(param.grad)
 
 
 def _leave_head(ref: weakref.ref[LiveTensorTracker], grad: torch.Tensor) -> None:

@@ -155,7 +155,8 @@ FAST_ROWS: tuple[tuple[str, RunSpec], ...] = (
     ("qwen2.5-0.5b", _spec(method="full", precision="fp32", attention="sdpa", batch=1, seq=64)),
     ("gemma-2-2b", _spec(method="lora", precision="fp32", attention="eager", batch=1, seq=64,
                          targets=("all-linear",))),
-    ("phi-3-mini", _spec(method="lora", precision="fp32", attention="sdpa", batch=2, seq=64, checkpointing="full")),
+    ("phi-3-mini", _spec(method="lora", precision="fp32", attention="sdpa", batch=2, seq=64, checkpointing="full",
+                         targets=("qkv_proj", "o_proj"))),
     ("gpt2", _spec(method="full", precision="fp32", attention="eager", batch=2, seq=64)),
     ("mixtral-8x7b", _spec(method="lora", precision="fp32", attention="sdpa", batch=1, seq=64,
                            targets=("all-linear",))),
@@ -192,7 +193,7 @@ CUDA_ROWS: tuple[tuple[str, RunSpec], ...] = (
 
 def cuda_matrix() -> list[MatrixRow]:
     """Full-size catalogue models (not scaled) for a GPU machine, plus the scaled MoE at CUDA size."""
-    rows = [MatrixRow(model=m, config=dict(lookup(m).config), spec=s) for m, s in CUDA_ROWS]
+    rows = [MatrixRow(model=m, config=dict(lookup(m).config), spec=_fit_spec(m, s)) for m, s in CUDA_ROWS]
     rows.append(MatrixRow(model="mixtral-8x7b", config=_scaled("mixtral-8x7b"),
                           spec=_cuda(method="lora", precision="bf16", batch=4, seq=1024, targets=("all-linear",))))
     return rows
@@ -205,9 +206,20 @@ def _scaled(name: str) -> dict[str, Any]:
     raise KeyError(name)
 
 
+def _fit_spec(model: str, spec: RunSpec) -> RunSpec:
+    """What the grid's spec becomes on ``model``: transformers runs Gemma-2 with eager attention only, and
+    PEFT has no default LoRA targets for Phi-3 (its fused projections are named explicitly)."""
+    t = lookup(model).shape.model_type
+    if t == "gemma2" and spec.attention == "sdpa":
+        spec = spec.with_(attention="eager")
+    if t == "phi3" and spec.is_adapter and not spec.targets:
+        spec = spec.with_(targets=("qkv_proj", "o_proj"))
+    return spec
+
+
 def full_matrix() -> list[MatrixRow]:
     """Every scaled architecture times every spec of the grid."""
-    return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=s)
+    return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
             for m, h, n in SCALED_MODELS for s in SPEC_GRID]
 
 
