@@ -31,7 +31,8 @@ def test_fit_table_for_people(capsys) -> None:
     assert "checkpointing" in out and "GiB" in out and "Why rank comes last" in out
 
 
-def test_fit_with_data_uses_the_lengths(capsys) -> None:
+def test_fit_with_data_uses_the_lengths(capsys, tmp_path) -> None:
+    """GSM8K is short: the plan first cuts --seq to the longest example (truncating nothing)."""
     data = SHARED / "data" / "gsm8k" / "test.jsonl"
     tok = SHARED / "tokenizers" / "gpt-neox-20b" / "tokenizer.json"
     code = main(["fit", "llama-3.1-8b", "--gpu", "16GiB", "--rank", "64", "--batch", "16", "--seq", "2048",
@@ -44,9 +45,23 @@ def test_fit_with_data_uses_the_lengths(capsys) -> None:
     first = d["steps"][0]
     assert first["action"] == "longest_example" and first["spec"]["seq"] % 64 == 0
     assert first["spec"]["seq"] - 64 < d["data"]["max"] <= first["spec"]["seq"]
+
+
+def test_fit_seq_len_step_uses_p95_and_counts_truncated(capsys, tmp_path) -> None:
+    """A long tail: 190 examples of ~1,000 tokens and 10 of ~6,000. The p95 cut truncates exactly the 10."""
+    tok = SHARED / "tokenizers" / "gpt-neox-20b" / "tokenizer.json"
+    data = tmp_path / "long_tail.jsonl"
+    rows = [{"text": " ".join(["word"] * (1000 + i))} for i in range(190)]
+    rows += [{"text": " ".join(["word"] * (6000 + i))} for i in range(10)]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    code = main(["fit", "llama-3.1-8b", "--gpu", "16GiB", "--rank", "16", "--batch", "4", "--seq", "8192",
+                 "--data", str(data), "--tokenizer", str(tok), "--text", "text", "--no-search", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
     seq_step = next(s for s in d["steps"] if s["action"] == "seq_len")
     assert seq_step["spec"]["seq"] >= d["data"]["recommended_seq_len"]
-    assert "truncates" in seq_step["cost"] and "of 1,319 examples" in seq_step["cost"]
+    assert 1000 < seq_step["spec"]["seq"] < 6000
+    assert "truncates 10 of 200 examples" in seq_step["cost"].replace(",", ""), seq_step["cost"]
 
 
 def test_fit_errors_are_one_line(capsys) -> None:
