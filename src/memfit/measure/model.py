@@ -131,7 +131,8 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
         warnings.simplefilter("ignore")
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(
-                cfg, attn_implementation=ATTN_IMPLEMENTATION[spec.attention], dtype=weight_dtype(spec))
+                cfg, attn_implementation=ATTN_IMPLEMENTATION[spec.attention], dtype=weight_dtype(spec),
+                **_experts_kwargs(cfg, spec))
     model.config.use_cache = False
 
     if spec.checkpointing != "none":
@@ -186,6 +187,15 @@ def _fakeify(model: torch.nn.Module, fake_mode: Any, device: torch.device) -> to
                 memo[id(b)] = FakeTensor(fake_mode, b, device)
             module._buffers[name] = memo[id(b)]
     return model
+
+
+def _experts_kwargs(cfg: Any, spec: RunSpec) -> dict[str, str]:
+    """MoE experts: transformers 5 runs them with ``torch._grouped_mm`` by default, a bf16-only kernel (on CPU
+    too); with fp32 or fp16 compute the model would fail at its first forward, so those run the eager
+    per-expert loop, as transformers itself does when grouped_mm cannot be used."""
+    if getattr(cfg, "num_local_experts", 0) and spec.precision not in ("bf16", "mixed-bf16"):
+        return {"experts_implementation": "eager"}
+    return {}
 
 
 def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:

@@ -133,6 +133,15 @@ def check_trace_spec(spec: RunSpec) -> None:
                           "value checks (inf/nan) that fake tensors cannot answer: use mixed-bf16")
 
 
+def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
+    """MoE models outside bf16: transformers then routes tokens to experts with its eager loop, whose
+    ``nonzero`` has a data-dependent shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
+    if config.get("num_local_experts") and spec.precision not in ("bf16", "mixed-bf16"):
+        raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 or mixed-bf16 (with "
+                          f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
+                          "cannot run); `memfit estimate` and `memfit measure` take any precision")
+
+
 def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None,
                progress: Progress | None = None) -> TraceResult:
     """Trace the steady-state training step of ``config`` under ``spec`` on fake tensors (module docstring).
@@ -141,6 +150,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     corrects the CPU kernels to the CUDA ones (:mod:`memfit.trace.cuda`).
     """
     check_trace_spec(spec)
+    check_trace_config(config, spec)
     vocab = int(config.get("vocab_size") or 0)
     if vocab < 1:
         raise MemfitError("the config has no vocab_size: add it to config.json")
