@@ -22,8 +22,8 @@ class DataProfile:
     """Token lengths of a data set (sorted) and its padding waste at the user's micro-batch and seq.
 
     ``waste_random`` / ``waste_packed`` are shares of processed tokens that are padding with random
-    batches and with best-fit-decreasing packing; ``peak_len`` is the padded length of the longest random
-    micro-batch (what actually sets the activation peak: min(longest example, seq)).
+    batches and with memfit's packer (largest fit with exact fit); ``peak_len`` is the padded length of the
+    longest random micro-batch (what actually sets the activation peak: min(longest example, seq)).
     """
 
     source: str

@@ -51,7 +51,7 @@ def pack_command(
     overflow: OverflowOpt = "error",
     json_out: JsonFlag = False,
 ) -> None:
-    """Pack DATA into rows of --seq-len tokens by best-fit decreasing: position ids restart per example, prompt
+    """Pack DATA into rows of --seq-len tokens by largest fit with exact fit: position ids restart per example, prompt
     labels keep -100, each example's first label is -100. Prints rows, efficiency and the lower bound."""
     from memfit.data.pack import OVERFLOW_CHOICES, pack, write_rows
     from memfit.errors import MemfitError

@@ -17,7 +17,7 @@ __all__ = ["lengths_renderable", "plot_lengths"]
 _STRATEGY_HELP = {
     "random": "random",
     "grouped": "grouped by length",
-    "packed": "packed (BFD)",
+    "packed": "packed (exact-fit packer)",
 }
 
 
@@ -52,7 +52,7 @@ def lengths_renderable(r: LengthReport) -> Group:
     parts.append(cut)
 
     pad = Table(title=f"padding at micro-batch {r.padding.batch} (random = Trainer default, grouped = "
-                      f"group_by_length, packed = best-fit decreasing into rows of {r.seq_len:,})")
+                      f"group_by_length, packed = memfit's exact-fit packer into rows of {r.seq_len:,})")
     pad.add_column("strategy")
     pad.add_column("padding waste", justify="right")
     pad.add_column("tokens processed", justify="right")

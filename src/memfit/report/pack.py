@@ -36,7 +36,7 @@ def pack_json(result: PackResult, *, data: str, tokenizer: str, out: str | None,
 
 
 def pack_renderable(result: PackResult, *, data: str, out: str | None, skipped: int) -> Group:
-    t = Table(title=f"{Path(data).name} packed into rows of {result.max_len:,} tokens (best-fit decreasing)")
+    t = Table(title=f"{Path(data).name} packed into rows of {result.max_len:,} tokens (largest fit with exact fit)")
     t.add_column("")
     t.add_column("value", justify="right")
     t.add_row("examples", f"{result.examples:,}")
