@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _results import write_section as write_results_section  # bench/_results.py
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "estimate"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -196,17 +198,8 @@ NOTES = """- Where the loss is the peak (every row with a real vocabulary) the e
 
 
 def write_section(text: str) -> None:
-    path = ROOT / "bench" / "RESULTS.md"
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    start = old.find("## estimate\n")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + 5)
-        new = old[:start] + text + (old[nxt + 1:] if nxt >= 0 else "")
-        if nxt >= 0:
-            new = old[:start] + text + "\n" + old[nxt + 1:]
-    path.write_text(new, encoding="utf-8")
+    """``text`` starts with its ``## estimate`` heading."""
+    write_results_section("estimate", text.split("\n", 1)[1])
 
 
 def main() -> None:

@@ -6,11 +6,12 @@ Writes the `## fit` section of bench/RESULTS.md. Run: `.venv/bin/python bench/be
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from _results import write_section as write_results_section  # bench/_results.py
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -61,20 +62,13 @@ def run() -> list[str]:
 
 
 def write_section(rows: list[str]) -> None:
-    body = "\n".join([
-        "## fit",
-        "",
+    write_results_section("fit", "\n".join([
         "`memfit fit`: the lesson's ordered path and the exhaustive cheapest search together, on 2 shared CPU cores",
         "(`.venv/bin/python bench/bench_fit.py`). Candidates are costed without estimating, sorted, and estimated",
         "in cost order until the first fits, so `estimates` counts distinct RunSpecs actually estimated.",
         "",
         *rows,
-        "",
-    ])
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(r"^## fit\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(body + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + body
-    RESULTS.write_text(text)
+    ]))
 
 
 if __name__ == "__main__":

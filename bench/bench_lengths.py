@@ -8,10 +8,11 @@ The machine is shared: the load average before the run is recorded beside the fi
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from pathlib import Path
+
+from _results import write_section as write_results_section  # bench/_results.py
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # what the CLI uses
@@ -102,12 +103,8 @@ def run() -> list[str]:
 
 
 def write_section(rows: list[str]) -> None:
-    body = ("## lengths\n\n`memfit lengths`: tokenising real data with the real tokenizer, batched vs one by one "
-            "(bench/bench_lengths.py).\n\n" + "\n".join(rows) + "\n")
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(r"^## lengths\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(body + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + body
-    RESULTS.write_text(text)
+    write_results_section("lengths", "`memfit lengths`: tokenising real data with the real tokenizer, batched vs one "
+                          "by one (bench/bench_lengths.py).\n\n" + "\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from pathlib import Path
+
+from _results import write_section as write_results_section  # bench/_results.py
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -134,14 +135,7 @@ def fake_rows() -> list[str]:
 
 
 def write_section(lines: list[str]) -> None:
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    section = "## measure\n\n" + "\n".join(lines).rstrip() + "\n"
-    pattern = re.compile(r"^## measure\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text)
-    else:
-        text = text.rstrip() + "\n\n" + section
-    RESULTS.write_text(text)
+    write_results_section("measure", "\n".join(lines))
 
 
 def main() -> int:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from _results import write_section as write_results_section  # bench/_results.py
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -210,9 +211,7 @@ def throughput_rows(tok, examples, steps: int) -> list[str]:
 
 
 def write_section(rows: list[str]) -> None:
-    body = "\n".join([
-        "## pack",
-        "",
+    write_results_section("pack", "\n".join([
         "`memfit pack`: row-by-row largest fit with exact fit and look-ahead (`memfit.data.pack.pack_bfd`, "
         "best-fit decreasing until commit 7bc6b60) beside next-fit and first-fit, and "
         "training throughput packed vs padded (`.venv/bin/python bench/bench_pack.py`). Efficiency = real tokens "
@@ -220,12 +219,7 @@ def write_section(rows: list[str]) -> None:
         f"Load average when run: {os.getloadavg()[0]:.1f} on 2 cores.",
         "",
         *rows,
-        "",
-    ])
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(r"^## pack\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(body + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + body
-    RESULTS.write_text(text)
+    ]))
 
 
 def main() -> int:

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from _results import write_section as write_results_section  # bench/_results.py
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -102,9 +104,7 @@ def cuda_check() -> list[dict[str, object]]:
 
 
 def write_results(rows: list[dict[str, object]]) -> None:
-    path = ROOT / "bench" / "RESULTS.md"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    lines = ["## trace", "",
+    lines = [
              "`python bench/bench_trace.py --write`: one `trace_step` per fresh process (after a warm-up trace of "
              "GPT-2 at seq 16, so imports are not counted); wall seconds of the trace (build + one steady-state "
              "step), the CPU seconds the process spent in it (the trace is single-threaded, so CPU seconds are "
@@ -117,14 +117,7 @@ def write_results(rows: list[dict[str, object]]) -> None:
                      f"{r['step_seconds']} | "
                      f"{int(r['rss_bytes']) / 1024**3:.2f} GiB | {int(r['peak_bytes']) / 1024**3:.2f} GiB | "
                      f"{r['peak_phase']} |")
-    section = "\n".join(lines) + "\n"
-    start = text.find("## trace")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text, encoding="utf-8")
+    write_results_section("trace", "\n".join(lines))
 
 
 def main() -> None:
