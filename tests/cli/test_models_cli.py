@@ -62,3 +62,11 @@ def test_error_text_with_brackets_survives(capsys) -> None:
 
     assert main(["_raise_for_test"]) == 1
     assert "memfit[torch]" in capsys.readouterr().err
+
+
+def test_demo_shows_the_lesson_budget_and_the_plan(capsys) -> None:
+    """make demo: the lesson's rule-of-thumb figure (24 x 4 x 2048 x 2048 x 20 B) and the advisor's plan."""
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert f"{24 * 4 * 2048 * 2048 * 20:,}" in out
+    assert "memfit fit" in out and "checkpointing" in out

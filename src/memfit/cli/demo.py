@@ -14,7 +14,8 @@ DEMO_SPEC = RunSpec(method="lora", precision="bf16", batch=4, seq=2048, gpu="24G
 
 @app.command("demo")
 def demo_command() -> None:
-    """The lesson's worked example: a 24-layer, 2048-wide model, LoRA in bf16 at batch 4 x seq 2048, on 24 GiB."""
+    """The lesson's worked example: a 24-layer, 2048-wide model, LoRA in bf16 at batch 4 x seq 2048, on 24 GiB,
+    then the advisor's plan for the same run on a 16 GiB card."""
     shape = lookup(DEMO_MODEL).shape
     console.print(params_table(shape, count_params(shape)))
     est = estimate_memory(shape, DEMO_SPEC)
@@ -26,3 +27,8 @@ def demo_command() -> None:
     console.print(f"with --checkpointing full: peak {ck.peak_bytes / 1024**3:.2f} GiB "
                   f"(activations {ck.activation_bytes / 1024**3:.2f} GiB instead of "
                   f"{est.activation_bytes / 1024**3:.2f} GiB); " + verdict(ck), highlight=False)
+    from memfit.advise import fit
+    from memfit.report.fit import fit_table
+
+    console.print("\n[bold]The same run on a 16 GiB card (T4 / V100-16GB class): memfit fit[/]")
+    console.print(fit_table(fit(shape, DEMO_SPEC.with_(gpu="16GiB"))))
