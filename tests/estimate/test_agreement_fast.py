@@ -31,6 +31,9 @@ QWEN2 = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_
 NEOX = {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
         "intermediate_size": 256, "vocab_size": 1000, "max_position_embeddings": 256, "rotary_pct": 0.25,
         "use_parallel_residual": True, "hidden_act": "gelu"}
+MIXTRAL = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 224, "vocab_size": 1000, "max_position_embeddings": 256,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False, "sliding_window": None}
 
 ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
     ("llama lora bf16 eager", LLAMA, RunSpec(method="lora", precision="bf16", attention="eager")),
@@ -39,6 +42,8 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
     ("gpt2 full fp32 eager", GPT2, RunSpec(method="full", precision="fp32", attention="eager")),
     ("qwen2 lora all-linear mixed", QWEN2, RunSpec(method="lora", precision="mixed-bf16", targets=("all-linear",))),
     ("neox lora fp32 sdpa", NEOX, RunSpec(method="lora", precision="fp32")),
+    # PEFT adapts the fused expert parameters too (ParamWrapper): W + delta materialised per forward
+    ("mixtral lora all-linear bf16", MIXTRAL, RunSpec(method="lora", precision="bf16", targets=("all-linear",))),
 ]
 
 

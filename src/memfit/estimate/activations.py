@@ -20,6 +20,9 @@ eager attention        q and k (as matmul operands), softmax output (fp32), prob
 sdpa / flash           q, k, v, output, logsumexp (b*a*s fp32): no s^2 term
 embedding              the token ids (int64) when the table is trained
 cross-entropy          log-softmax output, fp32 b*s*V, the shifted labels (int64)
+PEFT ParamWrapper      (MoE, ``all-linear``) the effective expert weight W + delta, E*out*in in the
+                       weight dtype, made once per forward and kept by the expert matmuls, which now
+                       also save their input rows; bf16 copies of the adapter factors
 =====================  ============================================================================
 
 Under autocast (``mixed-*``) every linear / matmul / sdpa input is cast to the compute dtype: the cast
@@ -37,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memfit.errors import MemfitError
-from memfit.estimate.lora import adapted_linears, block_linears_by_path, lora_rank
+from memfit.estimate.lora import adapted_linears, block_linears_by_path, lora_params_per_layer, lora_rank
 from memfit.estimate.shape import Linear, ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -517,12 +520,17 @@ def _moe(blk: _Block, x: _T, lins: dict[str, Linear], lora: dict[str, Linear]) -
     """Mixtral's sparse MoE block as transformers 5 runs it (router, then each expert on its tokens).
 
     Rows routed to experts: T*k in all (k = experts per token); the saved tensors are per routed row.
+    With ``--targets all-linear`` PEFT also adapts the router weight and the two fused expert parameters
+    (see :func:`_expert_effective_weight` and :func:`_router_logits`).
     """
-    ctx, s, _spec = blk.ctx, blk.s, blk.spec
-    T, h, i, k, _E = blk.T, s.hidden, s.intermediate, s.experts_per_token, s.n_experts
+    ctx, s = blk.ctx, blk.s
+    T, h, i, k = blk.T, s.hidden, s.intermediate, s.experts_per_token
     Tk = T * k
     router = lins["mlp.gate"]
-    logits = blk.lin(x, router, "moe/router")
+    if router.path in lora:
+        logits = _router_logits(blk, x, router, lora[router.path])
+    else:
+        logits = blk.lin(x, router, "moe/router")
     probs = ctx.unary_saving_output(ctx.cast(logits, FP32), "moe/router", bpe=FP32)
     idx = ctx.new(T * k, INT64, False)
     if probs.rg:
@@ -534,16 +542,142 @@ def _moe(blk: _Block, x: _T, lins: dict[str, Linear], lora: dict[str, Linear]) -
     # dispatch bookkeeping (sorted token ids, expert offsets)
     for _ in range(2):
         ctx.save(ctx.new(Tk, INT64, False), "moe/dispatch")
+    gu_lin, down_lin = lins["mlp.experts.gate_up_proj"], lins["mlp.experts.down_proj"]
+    if gu_lin.path in lora and down_lin.path in lora:
+        return _moe_adapted_experts(blk, x, gu_lin, down_lin, lora)
     gathered = ctx.new(Tk * h, x.bpe, x.rg)
-    gu = blk.lin(gathered, lins["mlp.experts.gate_up_proj"], "moe/gate_up", rows=Tk)
+    gu = blk.lin(gathered, gu_lin, "moe/gate_up", rows=Tk)
     gate = gu.view(Tk * i)
     up = gu.view(Tk * i)
     g = blk.act(gate, "moe/act")
     f = ctx.mul(g, up, "moe/mul")
-    f = blk.lin(f, lins["mlp.experts.down_proj"], "moe/down", rows=Tk)
+    f = blk.lin(f, down_lin, "moe/down", rows=Tk)
     w = ctx.new(Tk, FP32, True)
     f = ctx.mul(f, w, "moe/weights", out_numel=Tk * h)
     ctx.save(ctx.new(Tk, INT64, False), "moe/dispatch")
+    return ctx.new(T * h, x.bpe, f.rg)
+
+
+def _router_logits(blk: _Block, x: _T, router: Linear, ad: Linear) -> _T:
+    """The router ``F.linear(x, W)`` with W adapted by PEFT's ``ParamWrapper`` (a 2-D parameter, one expert).
+
+    PEFT registers a parametrization: the effective weight ``W + (B @ A) * scaling`` (E x h, in the weight
+    dtype; B @ A runs on the fp32 adapters, under autocast on their bf16 copies, which it saves) replaces W
+    for the forward. The effective weight requires grad, so the linear saves its input x (b*s*h) as well
+    as the weight (E*h, its autocast copy under mixed precision).
+    """
+    ctx, spec, s = blk.ctx, blk.spec, blk.s
+    E, h = s.n_experts, s.hidden
+    r = lora_rank(ad, spec.rank)
+    a = ctx.weight_tensor(_Param(r * h, FP32, True))
+    b = ctx.weight_tensor(_Param(E * r, FP32, True))
+    ctx.matmul(b, a, E * h, "moe/router/lora")  # delta = B @ A, then W + delta.to(W.dtype)
+    w_eff = ctx.new(E * h, _expert_bytes(blk), True)  # W + delta.to(W.dtype)
+    xc = ctx.cast(x, ctx.c) if ctx.autocast else x
+    wc = ctx.cast(w_eff, ctx.c) if ctx.autocast else w_eff
+    ctx.save(xc, "moe/router")
+    if xc.rg:
+        ctx.save(wc, "moe/router/effective_weight")
+    return ctx.op((xc, wc), ctx.new(blk.T * E, wc.bpe, True))
+
+
+def _expert_bytes(blk: _Block) -> int:
+    """Bytes per element of the expert weights as the experts run: the weight dtype. Under mixed precision
+    the fp32 experts run in fp32 (transformers' grouped_mm casts the input to the weight's dtype)."""
+    return blk.ctx.c if blk.spec.method == "qlora" else blk.wb
+
+
+def _expert_effective_weight(blk: _Block, lin: Linear, ad: Linear, comp: str) -> _T:
+    """PEFT's ``ParamWrapper`` on a fused 3-D expert parameter W (E, out, in): the effective weight.
+
+    With one adapter and several experts PEFT folds the update with ``_LoraFactorsProxy``:
+    ``W_eff = baddbmm(W, lhs, rhs, alpha=scaling)`` with lhs (E, out, r') and rhs (E, r', in) the fp32
+    adapters reshaped and cast to W's dtype (r' = r, 2r for gate_up), autocast off. W_eff is a new
+    E*out*in tensor in W's dtype that requires grad, made once per forward (``parametrize.cached()``) and
+    kept by the expert matmuls until their backward. baddbmm saves lhs and rhs: copies of the adapters,
+    E*r'*(in + out) elements in W's dtype, when that is not fp32 (else views of the adapters themselves).
+    Its backward takes the gradient of W_eff (E*out*in again).
+    """
+    ctx, spec = blk.ctx, blk.spec
+    eb = _expert_bytes(blk)
+    r = lora_rank(ad, spec.rank)
+    factors = []
+    for n in (r * lin.out_features, r * lin.in_features):
+        f = ctx.new(n, eb, True)
+        if eb == FP32:
+            ctx.param_sids.add(f.sid)  # a view of the fp32 adapter weight
+        ctx.save(f, comp + "/lora_factors")
+        factors.append(f)
+    return ctx.op(tuple(factors), ctx.new(lin.weight_numel, eb, True))
+
+
+def _expert_matmul(ctx: _Ctx, x: _T, w: _T, out_numel: int, comp: str) -> _T:
+    """``x @ W_eff`` per expert (grouped_mm, or the eager loop's per-expert ``F.linear`` on ``W_eff[e]``):
+    saves the rows x (W_eff requires grad) and W_eff (a view keeps the whole E*out*in storage)."""
+    xe = ctx.cast(x, w.bpe)
+    ctx.save(xe, comp)
+    if xe.rg:
+        ctx.save(w, comp + "/effective_weight")
+    return ctx.new(out_numel, w.bpe, True)
+
+
+def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, lora: dict[str, Linear]) -> _T:
+    """The experts with both fused parameters adapted (PEFT ``ParamWrapper``, see
+    :func:`_expert_effective_weight`), in the expert dtype (fp32 under mixed precision).
+
+    Saved per block, beyond the plain experts' per-row tensors (Tk = b*s*k routed rows):
+    W_eff(gate_up) E*2i*h + W_eff(down) E*h*i, the rows' inputs to both matmuls (Tk*h and Tk*i, now
+    saved because the weight requires grad), and the bf16 adapter copies of the factors.
+
+    Backward: bf16 / mixed-bf16 run one grouped matmul whose backward makes the gradient of the whole
+    W_eff at once (E*out*in). fp32 runs transformers' eager per-expert loop: the backward of each
+    ``W_eff[e]`` (a select) is a zero-filled E*out*in tensor, added out of place to the gradient
+    accumulated from the other experts, so while the gate_up rows of an expert other than the last run
+    backward, three E*2i*h tensors (accumulated, new, their sum) and the accumulated E*h*i gradient of
+    down are alive beside everything the block saved::
+
+        grouped:  saved(up to the matmul) + Tk*(in + out) + E*out*in                      (per matmul)
+        eager:    saved(block) - (E-2)/E * rows + Tk*(h + 2i) + 3 * E*2i*h + E*h*i - G(block)   (fp32)
+
+    where rows are the expert loop's per-row saved tensors (the rows spread evenly over the E experts;
+    the E-2 experts whose backward ran before have freed theirs) and G(block) the block's adapter
+    gradients, which the budget's block moments count but which do not exist yet while the expert rows
+    run backward (the adapters' own backward comes after).
+
+    Worked (h=256, i=896, E=8, fp32): 3 * 14,680,064 + 7,340,032 = 51,380,224 B of expert-weight
+    gradients at once.
+    """
+    ctx, s, spec = blk.ctx, blk.s, blk.spec
+    T, h, i, k = blk.T, s.hidden, s.intermediate, s.experts_per_token
+    Tk = T * k
+    eager = spec.precision not in ("bf16", "mixed-bf16")  # see memfit.measure.model._experts_kwargs
+    w_gu = _expert_effective_weight(blk, gu_lin, lora[gu_lin.path], "moe/gate_up")
+    rows_start = ctx.saved_total
+    gathered = ctx.new(Tk * h, x.bpe, x.rg)
+    gu = _expert_matmul(ctx, gathered, w_gu, Tk * 2 * i, "moe/gate_up")
+    rows_in = Tk * h * w_gu.bpe
+    if not eager:
+        ctx.events.append((ctx.saved_total, gu.nbytes + rows_in + w_gu.nbytes))
+    gate = gu.view(Tk * i)
+    up = gu.view(Tk * i)
+    g = blk.act(gate, "moe/act")
+    f = ctx.mul(g, up, "moe/mul")
+    w_d = _expert_effective_weight(blk, down_lin, lora[down_lin.path], "moe/down")
+    f = _expert_matmul(ctx, f, w_d, Tk * h, "moe/down")
+    if not eager:
+        ctx.events.append((ctx.saved_total, f.nbytes + Tk * i * w_d.bpe + w_d.nbytes))
+    w = ctx.new(Tk, FP32, True)
+    f = ctx.mul(f, w, "moe/weights", out_numel=Tk * h)
+    ctx.save(ctx.new(Tk, INT64, False), "moe/dispatch")
+    if eager:
+        # none of this block's adapter gradients exists yet at that moment (the experts' baddbmm and every
+        # earlier op run backward later), while the budget's block moments count them all: take them out
+        pending = lora_params_per_layer(s, spec) * FP32
+        # the experts after the second-to-last have run backward: their rows' saved tensors are gone
+        E = s.n_experts
+        rows_saved = ctx.saved_total - rows_start - sum(t.nbytes for t in (w_gu, w_d) if t.sid in ctx.saved)
+        alive = ctx.saved_total - rows_saved * (E - 2) // E
+        ctx.events.append((alive, gu.nbytes + rows_in + 3 * w_gu.nbytes + w_d.nbytes - pending))
     return ctx.new(T * h, x.bpe, f.rg)
 
 
