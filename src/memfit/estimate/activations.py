@@ -40,7 +40,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memfit.errors import MemfitError
-from memfit.estimate.lora import adapted_linears, block_linears_by_path, lora_params_per_layer, lora_rank
+from memfit.estimate.lora import (
+    adapted_linears,
+    block_linears_by_path,
+    lora_linear_params,
+    lora_params_per_layer,
+    lora_rank,
+)
 from memfit.estimate.shape import Linear, ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -587,7 +593,7 @@ def _expert_bytes(blk: _Block) -> int:
     return blk.ctx.c if blk.spec.method == "qlora" else blk.wb
 
 
-def _expert_effective_weight(blk: _Block, lin: Linear, ad: Linear, comp: str) -> _T:
+def _expert_effective_weight(blk: _Block, lin: Linear, ad: Linear, comp: str, pending: int) -> _T:
     """PEFT's ``ParamWrapper`` on a fused 3-D expert parameter W (E, out, in): the effective weight.
 
     With one adapter and several experts PEFT folds the update with ``_LoraFactorsProxy``:
@@ -596,7 +602,8 @@ def _expert_effective_weight(blk: _Block, lin: Linear, ad: Linear, comp: str) ->
     E*out*in tensor in W's dtype that requires grad, made once per forward (``parametrize.cached()``) and
     kept by the expert matmuls until their backward. baddbmm saves lhs and rhs: copies of the adapters,
     E*r'*(in + out) elements in W's dtype, when that is not fp32 (else views of the adapters themselves).
-    Its backward takes the gradient of W_eff (E*out*in again).
+    Its backward takes the gradient of W_eff (E*out*in again); ``pending``: the block's adapter gradient
+    bytes that do not exist yet when it runs (see :func:`_moe_adapted_experts`).
     """
     ctx, spec = blk.ctx, blk.spec
     eb = _expert_bytes(blk)
@@ -608,7 +615,9 @@ def _expert_effective_weight(blk: _Block, lin: Linear, ad: Linear, comp: str) ->
             ctx.param_sids.add(f.sid)  # a view of the fp32 adapter weight
         ctx.save(f, comp + "/lora_factors")
         factors.append(f)
-    return ctx.op(tuple(factors), ctx.new(lin.weight_numel, eb, True))
+    w_eff = ctx.new(lin.weight_numel, eb, True)
+    ctx.events.append((ctx.saved_total, w_eff.nbytes + sum(f.nbytes for f in factors) - pending))
+    return w_eff
 
 
 def _expert_matmul(ctx: _Ctx, x: _T, w: _T, out_numel: int, comp: str) -> _T:
@@ -636,7 +645,7 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
     backward, three E*2i*h tensors (accumulated, new, their sum) and the accumulated E*h*i gradient of
     down are alive beside everything the block saved::
 
-        grouped:  saved(up to the matmul) + Tk*(in + out) + E*out*in                      (per matmul)
+        grouped:  saved(up to the matmul) + Tk*(in + out) + E*out*in - G(not made yet)    (per matmul)
         eager:    saved(block) - (E-2)/E * rows + Tk*(h + 2i) + 3 * E*2i*h + E*h*i - G(block)   (fp32)
 
     where rows are the expert loop's per-row saved tensors (the rows spread evenly over the E experts;
@@ -651,33 +660,39 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
     T, h, i, k = blk.T, s.hidden, s.intermediate, s.experts_per_token
     Tk = T * k
     eager = spec.precision not in ("bf16", "mixed-bf16")  # see memfit.measure.model._experts_kwargs
-    w_gu = _expert_effective_weight(blk, gu_lin, lora[gu_lin.path], "moe/gate_up")
+    # the experts are the block's last trained ops: when their backward runs, none of the block's adapter
+    # gradients exists yet but down's (made by its baddbmm, which runs right after down's matmul), while
+    # the budget's block moments count them all: each event takes out those not made yet
+    g_block = lora_params_per_layer(s, spec) * FP32
+    g_down = lora_linear_params(down_lin, spec.rank) * FP32
+    w_gu = _expert_effective_weight(blk, gu_lin, lora[gu_lin.path], "moe/gate_up", g_block - g_down)
     rows_start = ctx.saved_total
     gathered = ctx.new(Tk * h, x.bpe, x.rg)
     gu = _expert_matmul(ctx, gathered, w_gu, Tk * 2 * i, "moe/gate_up")
     rows_in = Tk * h * w_gu.bpe
     if not eager:
-        ctx.events.append((ctx.saved_total, gu.nbytes + rows_in + w_gu.nbytes))
+        ctx.events.append((ctx.saved_total, gu.nbytes + rows_in + w_gu.nbytes - (g_block - g_down)))
     gate = gu.view(Tk * i)
     up = gu.view(Tk * i)
+    n_ev = len(ctx.events)
     g = blk.act(gate, "moe/act")
     f = ctx.mul(g, up, "moe/mul")
-    w_d = _expert_effective_weight(blk, down_lin, lora[down_lin.path], "moe/down")
+    ctx.events[n_ev:] = [(saved, grads - (g_block - g_down)) for saved, grads in ctx.events[n_ev:]]
+    w_d = _expert_effective_weight(blk, down_lin, lora[down_lin.path], "moe/down", g_block)
     f = _expert_matmul(ctx, f, w_d, Tk * h, "moe/down")
     if not eager:
-        ctx.events.append((ctx.saved_total, f.nbytes + Tk * i * w_d.bpe + w_d.nbytes))
+        ctx.events.append((ctx.saved_total, f.nbytes + Tk * i * w_d.bpe + w_d.nbytes - g_block))
     w = ctx.new(Tk, FP32, True)
+    n_ev = len(ctx.events)
     f = ctx.mul(f, w, "moe/weights", out_numel=Tk * h)
+    ctx.events[n_ev:] = [(saved, grads - g_block) for saved, grads in ctx.events[n_ev:]]
     ctx.save(ctx.new(Tk, INT64, False), "moe/dispatch")
     if eager:
-        # none of this block's adapter gradients exists yet at that moment (the experts' baddbmm and every
-        # earlier op run backward later), while the budget's block moments count them all: take them out
-        pending = lora_params_per_layer(s, spec) * FP32
         # the experts after the second-to-last have run backward: their rows' saved tensors are gone
         E = s.n_experts
         rows_saved = ctx.saved_total - rows_start - sum(t.nbytes for t in (w_gu, w_d) if t.sid in ctx.saved)
         alive = ctx.saved_total - rows_saved * (E - 2) // E
-        ctx.events.append((alive, gu.nbytes + rows_in + 3 * w_gu.nbytes + w_d.nbytes - pending))
+        ctx.events.append((alive, gu.nbytes + rows_in + 3 * w_gu.nbytes + w_d.nbytes - g_block))
     return ctx.new(T * h, x.bpe, f.rg)
 
 
