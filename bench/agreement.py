@@ -85,7 +85,8 @@ def activation_constants(rows: list[MatrixRow]) -> list[tuple[str, str, float]]:
 
 
 def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
-           full: list[tuple[str, RunSpec, int, int, float]], seconds: float) -> str:
+           full: list[tuple[str, RunSpec, int, int, float]], seconds: float,
+           failed: list[tuple[str, str]] = ()) -> str:  # type: ignore[assignment]
     s = summarise(results)
     lines = [
         "Estimate and trace against measured peaks (CPU, real training steps of scaled-down real architectures: "
@@ -106,6 +107,8 @@ def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
         lines.append(f"| {r.row.label} | {r.measured_bytes / BYTES_PER_MIB:,.1f} | {r.measured_phase} | "
                      f"{r.estimate_error:+.2%} | {tr} | {r.error(r.rule_of_thumb_bytes):+.1%} | "
                      f"{r.error(r.states_only_bytes):+.1%} |")
+    for label, err in failed:
+        lines.append(f"| {label} | did not run: {err} | | | | | |")
     if consts:
         lines += ["", "**Measured activation constant** (bytes per layer x token x hidden, from the forward peak "
                   "at 4 layers minus 2 layers; the lesson says ~20 for bf16):", "",
@@ -203,6 +206,7 @@ def main() -> int:
     ap.add_argument("--fast", action="store_true", help="only the 6-row subset")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--no-full-size", action="store_true")
+    ap.add_argument("--models", help="only these catalogue models (comma-separated), e.g. mixtral-8x7b")
     ap.add_argument("--cuda-measure", metavar="OUT_JSON",
                     help="on a GPU machine: measure the CUDA matrix (full-size models) and write the points")
     ap.add_argument("--cuda-results", metavar="JSON",
@@ -213,20 +217,24 @@ def main() -> int:
     if args.cuda_results:
         return cuda_results(args.cuda_results, write=not args.no_write)
     rows = fast_matrix() if args.fast else full_matrix()
+    if args.models:
+        keep = {m.strip() for m in args.models.split(",")}
+        rows = [r for r in rows if r.model in keep]
     t0 = time.perf_counter()
-    results = []
+    results, failed = [], []
     for row in rows:
         try:
             r = run_row(row)
         except Exception as exc:  # report the row, go on with the matrix
-            print(f"{row.label:70s} did not run: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            failed.append((row.label, f"{type(exc).__name__}: {str(exc)[:160]}"))
+            print(f"{row.label:70s} did not run: {failed[-1][1]}", flush=True)
             continue
         results.append(r)
         tr = f"{r.trace_error:+.2%}" if r.trace_error is not None else "n/a"
         print(f"{row.label:70s} measured {r.measured_bytes:>13,} est {r.estimate_error:+.2%} trace {tr} "
               f"({r.seconds:.0f} s)", flush=True)
     seconds = time.perf_counter() - t0
-    consts = [] if args.fast else activation_constants(rows)
+    consts = [] if (args.fast or args.models) else activation_constants(rows)
     full = []
     if not (args.fast or args.no_full_size):
         from memfit.trace.engine import trace_step
@@ -237,7 +245,7 @@ def main() -> int:
             est = estimate_memory(lookup(name).shape, spec).peak_bytes
             full.append((name, spec, tr, est, time.perf_counter() - t))
             print(f"{name} {spec.checkpointing}: trace {tr:,} estimate {est:,} ({(est - tr) / tr:+.2%})", flush=True)
-    text = render(results, consts, full, seconds)
+    text = render(results, consts, full, seconds, failed)
     print(text)
     if not args.no_write:
         write_section("agreement", text)

@@ -190,10 +190,11 @@ def _fakeify(model: torch.nn.Module, fake_mode: Any, device: torch.device) -> to
 
 
 def _experts_kwargs(cfg: Any, spec: RunSpec) -> dict[str, str]:
-    """MoE experts: transformers 5 runs them with ``torch._grouped_mm`` by default, a bf16-only kernel (on CPU
-    too); with fp32 or fp16 compute the model would fail at its first forward, so those run the eager
-    per-expert loop, as transformers itself does when grouped_mm cannot be used."""
-    if getattr(cfg, "num_local_experts", 0) and spec.precision not in ("bf16", "mixed-bf16"):
+    """MoE experts: transformers 5 runs them with ``torch._grouped_mm`` by default, a kernel that takes bf16
+    weights only (on CPU too; autocast does not cast for it, so mixed-bf16's fp32 master weights fail as
+    well); every precision but bf16 runs the eager per-expert loop, as transformers itself does when
+    grouped_mm cannot be used."""
+    if getattr(cfg, "num_local_experts", 0) and spec.precision != "bf16":
         return {"experts_implementation": "eager"}
     return {}
 

@@ -136,8 +136,8 @@ def check_trace_spec(spec: RunSpec) -> None:
 def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
     """MoE models outside bf16: transformers then routes tokens to experts with its eager loop, whose
     ``nonzero`` has a data-dependent shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
-    if config.get("num_local_experts") and spec.precision not in ("bf16", "mixed-bf16"):
-        raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 or mixed-bf16 (with "
+    if config.get("num_local_experts") and spec.precision != "bf16":
+        raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
                           f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
                           "cannot run); `memfit estimate` and `memfit measure` take any precision")
 
