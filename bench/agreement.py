@@ -86,7 +86,7 @@ def activation_constants(rows: list[MatrixRow]) -> list[tuple[str, str, float]]:
 
 def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
            full: list[tuple[str, RunSpec, int, int, float]], seconds: float,
-           failed: list[tuple[str, str]] = ()) -> str:  # type: ignore[assignment]
+           failed: list[tuple[str, str]] | None = None) -> str:
     s = summarise(results)
     lines = [
         "Estimate and trace against measured peaks (CPU, real training steps of scaled-down real architectures: "
@@ -107,7 +107,7 @@ def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
         lines.append(f"| {r.row.label} | {r.measured_bytes / BYTES_PER_MIB:,.1f} | {r.measured_phase} | "
                      f"{r.estimate_error:+.2%} | {tr} | {r.error(r.rule_of_thumb_bytes):+.1%} | "
                      f"{r.error(r.states_only_bytes):+.1%} |")
-    for label, err in failed:
+    for label, err in failed or []:
         lines.append(f"| {label} | did not run: {err} | | | | | |")
     if consts:
         lines += ["", "**Measured activation constant** (bytes per layer x token x hidden, from the forward peak "
@@ -192,7 +192,7 @@ def cuda_results(path: str, *, write: bool) -> int:
         lines.append(f"| {r.row.label} | {r.measured_bytes / BYTES_PER_GIB:.2f} | {reserved} | "
                      f"{r.estimate_error:+.2%} | {tr} | {r.error(r.rule_of_thumb_bytes):+.1%} | "
                      f"{r.error(r.states_only_bytes):+.1%} |")
-    for label, err in failed:
+    for label, err in failed or []:
         lines.append(f"| {label} | did not run: {err} | | | | | |")
     text = "\n".join(lines) + "\n"
     print(text)
