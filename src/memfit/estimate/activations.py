@@ -620,14 +620,20 @@ def _expert_effective_weight(blk: _Block, lin: Linear, ad: Linear, comp: str, pe
     return w_eff
 
 
-def _expert_matmul(ctx: _Ctx, x: _T, w: _T, out_numel: int, comp: str) -> _T:
+def _expert_matmul(ctx: _Ctx, x: _T, w: _T, out_numel: int, comp: str) -> tuple[_T, _T]:
     """``x @ W_eff`` per expert (grouped_mm, or the eager loop's per-expert ``F.linear`` on ``W_eff[e]``):
-    saves the rows x (W_eff requires grad) and W_eff (a view keeps the whole E*out*in storage)."""
-    xe = ctx.cast(x, w.bpe)
+    saves the rows x (W_eff requires grad) and W_eff (a view keeps the whole E*out*in storage). Under
+    autocast (mixed precision, eager loop) F.linear casts each ``W_eff[e]`` and the rows to bf16 and saves
+    those copies (E*out*in in bf16 over the experts) instead; the fp32 W_eff is then not kept.
+    Returns the output and the weight as saved."""
+    if ctx.autocast:
+        xe, we = ctx.cast(x, ctx.c), ctx.new(w.numel, ctx.c, True)
+    else:
+        xe, we = ctx.cast(x, w.bpe), w
     ctx.save(xe, comp)
     if xe.rg:
-        ctx.save(w, comp + "/effective_weight")
-    return ctx.new(out_numel, w.bpe, True)
+        ctx.save(we, comp + "/effective_weight")
+    return ctx.new(out_numel, we.bpe, True), we
 
 
 def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, lora: dict[str, Linear]) -> _T:
@@ -638,15 +644,15 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
     W_eff(gate_up) E*2i*h + W_eff(down) E*h*i, the rows' inputs to both matmuls (Tk*h and Tk*i, now
     saved because the weight requires grad), and the bf16 adapter copies of the factors.
 
-    Backward: bf16 / mixed-bf16 run one grouped matmul whose backward makes the gradient of the whole
-    W_eff at once (E*out*in). fp32 runs transformers' eager per-expert loop: the backward of each
+    Backward: bf16 runs one grouped matmul whose backward makes the gradient of the whole W_eff at once
+    (E*out*in). fp32 and mixed-bf16 (fp32 weights) run transformers' eager per-expert loop: the backward of each
     ``W_eff[e]`` (a select) is a zero-filled E*out*in tensor, added out of place to the gradient
     accumulated from the other experts, so while the gate_up rows of an expert other than the last run
     backward, three E*2i*h tensors (accumulated, new, their sum) and the accumulated E*h*i gradient of
     down are alive beside everything the block saved::
 
         grouped:  saved(up to the matmul) + Tk*(in + out) + E*out*in - G(not made yet)    (per matmul)
-        eager:    saved(block) - (E-2)/E * rows + Tk*(h + 2i) + 3 * E*2i*h + E*h*i - G(block)   (fp32)
+        eager:    saved(block) - (E-2)/E * rows + Tk*(h + 2i) + 3 * E*2i*h + E*h*i - G(block)   (fp32 weights)
 
     where rows are the expert loop's per-row saved tensors (the rows spread evenly over the E experts;
     the E-2 experts whose backward ran before have freed theirs) and G(block) the block's adapter
@@ -655,11 +661,15 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
 
     Worked (h=256, i=896, E=8, fp32): 3 * 14,680,064 + 7,340,032 = 51,380,224 B of expert-weight
     gradients at once.
+
+    Every expert is assumed to receive rows. Under mixed precision the eager loop saves one bf16 copy per
+    expert that has rows, so where a router (e.g. a randomly initialised one) sends a short batch to only
+    some experts, fewer copies are kept and the estimate is above the real step.
     """
     ctx, s, spec = blk.ctx, blk.s, blk.spec
     T, h, i, k = blk.T, s.hidden, s.intermediate, s.experts_per_token
     Tk = T * k
-    eager = spec.precision not in ("bf16", "mixed-bf16")  # see memfit.measure.model._experts_kwargs
+    eager = spec.precision != "bf16"  # grouped_mm takes bf16 weights only: memfit.measure.model._experts_kwargs
     # the experts are the block's last trained ops: when their backward runs, none of the block's adapter
     # gradients exists yet but down's (made by its baddbmm, which runs right after down's matmul), while
     # the budget's block moments count them all: each event takes out those not made yet
@@ -668,8 +678,8 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
     w_gu = _expert_effective_weight(blk, gu_lin, lora[gu_lin.path], "moe/gate_up", g_block - g_down)
     rows_start = ctx.saved_total
     gathered = ctx.new(Tk * h, x.bpe, x.rg)
-    gu = _expert_matmul(ctx, gathered, w_gu, Tk * 2 * i, "moe/gate_up")
-    rows_in = Tk * h * w_gu.bpe
+    gu, wc_gu = _expert_matmul(ctx, gathered, w_gu, Tk * 2 * i, "moe/gate_up")
+    rows_in = Tk * h * wc_gu.bpe
     if not eager:
         ctx.events.append((ctx.saved_total, gu.nbytes + rows_in + w_gu.nbytes - (g_block - g_down)))
     gate = gu.view(Tk * i)
@@ -679,7 +689,7 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
     f = ctx.mul(g, up, "moe/mul")
     ctx.events[n_ev:] = [(saved, grads - (g_block - g_down)) for saved, grads in ctx.events[n_ev:]]
     w_d = _expert_effective_weight(blk, down_lin, lora[down_lin.path], "moe/down", g_block)
-    f = _expert_matmul(ctx, f, w_d, Tk * h, "moe/down")
+    f, wc_d = _expert_matmul(ctx, f, w_d, Tk * h, "moe/down")
     if not eager:
         ctx.events.append((ctx.saved_total, f.nbytes + Tk * i * w_d.bpe + w_d.nbytes - g_block))
     w = ctx.new(Tk, FP32, True)
@@ -690,7 +700,7 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
     if eager:
         # the experts after the second-to-last have run backward: their rows' saved tensors are gone
         E = s.n_experts
-        rows_saved = ctx.saved_total - rows_start - sum(t.nbytes for t in (w_gu, w_d) if t.sid in ctx.saved)
+        rows_saved = ctx.saved_total - rows_start - sum(t.nbytes for t in (wc_gu, wc_d) if t.sid in ctx.saved)
         alive = ctx.saved_total - rows_saved * (E - 2) // E
         ctx.events.append((alive, gu.nbytes + rows_in + 3 * w_gu.nbytes + w_d.nbytes - g_block))
     return ctx.new(T * h, x.bpe, f.rg)
