@@ -111,7 +111,9 @@ def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
         lines.append(f"| {label} | did not run: {err} | | | | | |")
     if consts:
         lines += ["", "**Measured activation constant** (bytes per layer x token x hidden, from the forward peak "
-                  "at 4 layers minus 2 layers; the lesson says ~20 for bf16; the fp32 eager rows also hold the b*a*s*s attention scores and 4-byte elements, and Mixtral with all-linear LoRA holds PEFT's effective expert weights W + BA per layer, which scale with layers, not tokens):", "",
+                  "at 4 layers minus 2 layers; the lesson says ~20 for bf16; the fp32 eager rows also hold the b*a*s*s "
+                  "attention scores and 4-byte elements, and Mixtral with all-linear LoRA holds PEFT's effective "
+                  "expert weights W + BA per layer, which scale with layers, not tokens):", "",
                   "| row | architecture | bytes / (L*b*s*h) |", "|---|---|---:|"]
         by_arch: dict[str, list[float]] = defaultdict(list)
         for label, arch, c in consts:
