@@ -84,6 +84,17 @@ def activation_constants(rows: list[MatrixRow]) -> list[tuple[str, str, float]]:
     return out
 
 
+def _error_cells(r: AgreementRow) -> str:
+    """The estimate, trace, rule-of-thumb and states-only errors of one row, as table cells."""
+    tr = f"{r.trace_error:+.2%}" if r.trace_error is not None else "n/a"
+    return (f"{r.estimate_error:+.2%} | {tr} | {r.error(r.rule_of_thumb_bytes):+.1%} | "
+            f"{r.error(r.states_only_bytes):+.1%}")
+
+
+def _failed_rows(failed: list[tuple[str, str]] | None) -> list[str]:
+    return [f"| {label} | did not run: {err} | | | | | |" for label, err in failed or []]
+
+
 def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
            full: list[tuple[str, RunSpec, int, int, float]], seconds: float,
            failed: list[tuple[str, str]] | None = None) -> str:
@@ -103,12 +114,9 @@ def render(results: list[AgreementRow], consts: list[tuple[str, str, float]],
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        tr = f"{r.trace_error:+.2%}" if r.trace_error is not None else "n/a"
         lines.append(f"| {r.row.label} | {r.measured_bytes / BYTES_PER_MIB:,.1f} | {r.measured_phase} | "
-                     f"{r.estimate_error:+.2%} | {tr} | {r.error(r.rule_of_thumb_bytes):+.1%} | "
-                     f"{r.error(r.states_only_bytes):+.1%} |")
-    for label, err in failed or []:
-        lines.append(f"| {label} | did not run: {err} | | | | | |")
+                     f"{_error_cells(r)} |")
+    lines += _failed_rows(failed)
     if consts:
         lines += ["", "**Measured activation constant** (bytes per layer x token x hidden, from the forward peak "
                   "at 4 layers minus 2 layers; the lesson says ~20 for bf16; the fp32 eager rows also hold the b*a*s*s "
@@ -190,12 +198,8 @@ def cuda_results(path: str, *, write: bool) -> int:
     ]
     for r, point in results:
         reserved = f"{point.reserved_bytes / BYTES_PER_GIB:.2f}" if point.reserved_bytes else "-"
-        tr = f"{r.trace_error:+.2%}" if r.trace_error is not None else "n/a"
-        lines.append(f"| {r.row.label} | {r.measured_bytes / BYTES_PER_GIB:.2f} | {reserved} | "
-                     f"{r.estimate_error:+.2%} | {tr} | {r.error(r.rule_of_thumb_bytes):+.1%} | "
-                     f"{r.error(r.states_only_bytes):+.1%} |")
-    for label, err in failed or []:
-        lines.append(f"| {label} | did not run: {err} | | | | | |")
+        lines.append(f"| {r.row.label} | {r.measured_bytes / BYTES_PER_GIB:.2f} | {reserved} | {_error_cells(r)} |")
+    lines += _failed_rows(failed)
     text = "\n".join(lines) + "\n"
     print(text)
     if write:
