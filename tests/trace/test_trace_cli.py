@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from memfit.cli import main  # noqa: E402
+from memfit.errors import MemfitError  # noqa: E402
 from memfit.estimate.spec import RunSpec  # noqa: E402
 from memfit.measure.model import tiny_config  # noqa: E402
 from memfit.trace.engine import trace_step  # noqa: E402
@@ -55,3 +56,26 @@ def test_trace_bad_config_is_one_line(tmp_path, capsys) -> None:
     (tmp_path / "config.json").write_text("{not json")
     assert main(["trace", str(tmp_path / "config.json")]) == 1
     assert "not valid JSON" in capsys.readouterr().err
+
+
+from bad_configs import BAD_CONFIGS, BAD_IDS  # noqa: E402
+
+
+@pytest.mark.parametrize(("name", "config", "message"), BAD_CONFIGS, ids=BAD_IDS)
+def test_trace_refuses_invalid_configs_before_building(tmp_path, capsys, monkeypatch, name: str, config: dict,
+                                                       message: str) -> None:
+    """The estimate's boundary, in trace: one red line, before any model is built (these crashed inside
+    transformers or torch with a traceback, or traced a degenerate model)."""
+    import memfit.trace.engine as engine
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("trace built a model for an invalid config")
+
+    monkeypatch.setattr(engine, "fake_model", no_build)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["trace", str(path), "--device", "cpu", "--batch", "1", "--seq", "16"]) == 1
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split()) and "Traceback" not in err
+    with pytest.raises(MemfitError, match="must be|not divisible|does not divide|more than|memfit accepts"):
+        trace_step(config, RunSpec(batch=1, seq=16, device="cpu"))  # the library entry point checks too

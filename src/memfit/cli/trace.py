@@ -4,7 +4,6 @@ No ``from __future__ import annotations`` here: ``@spec_options`` rebuilds the s
 see the ``Annotated`` option objects, not strings.
 """
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +12,7 @@ import typer
 from memfit.cli._app import app
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError, require_extra
-from memfit.estimate import RunSpec, resolve_config
+from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
 from memfit.report import console, err_console, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -60,19 +59,16 @@ def trace_command(
 
 def load_config(model: str) -> dict[str, Any]:
     """A catalogue entry's config, or any ``config.json`` transformers can build (also architectures the
-    estimate does not model: trace runs the real code, so it needs no shape model). Never remote code."""
+    estimate does not model: trace runs the real code, so it needs no shape model). Never remote code.
+    Read and checked by the estimate's boundary (:func:`memfit.estimate.read_config_file`,
+    :func:`memfit.estimate.validate_config`), so a bad config fails here, before any model is built."""
     p = Path(model)
     if not (p.is_dir() or p.suffix == ".json" or p.exists()):
         return resolve_config(model)
-    file = p / "config.json" if p.is_dir() else p
-    if not file.is_file():
-        raise MemfitError(f"no config file at {file}: pass a catalogue name (`memfit models`) or a config.json path")
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MemfitError(f"{file} is not valid JSON ({exc}): pass a Hugging Face config.json") from exc
-    if not isinstance(config, dict) or not config.get("model_type"):
+    config, file = read_config_file(p)
+    if not config.get("model_type"):
         raise MemfitError(f"{file} has no model_type: add one (e.g. \"llama\") to the config")
+    validate_config(config)
     return config
 
 

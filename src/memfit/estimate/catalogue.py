@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import MemfitError
-from memfit.estimate.shape import ModelShape
+from memfit.estimate.shape import ModelShape, read_config_file
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,8 +60,7 @@ def resolve_config(model: str) -> dict[str, Any]:
     """The raw HF config dict for a catalogue name or a config path (for engines that build the real model)."""
     p = Path(model)
     if p.suffix == ".json" or p.is_dir() or p.exists() or "/" in model or model.startswith("."):
-        ModelShape.from_file(p)  # validates, with the same messages
-        file = p / "config.json" if p.is_dir() else p
-        config: dict[str, Any] = json.loads(file.read_text(encoding="utf-8"))
+        config, file = read_config_file(p)
+        ModelShape.from_hf_config(config, name=file.stem)  # validates, with the same messages
         return config
     return dict(lookup(model).config)

@@ -64,9 +64,18 @@ def autocast_dtype(spec: RunSpec) -> torch.dtype | None:
 
 
 def hf_config(config: dict[str, Any]) -> Any:
-    """A transformers ``PretrainedConfig`` from a config dict (``model_type`` names the architecture)."""
+    """A transformers ``PretrainedConfig`` from a config dict (``model_type`` names the architecture).
+
+    The dict passes the estimate's boundary first (:func:`memfit.estimate.shape.validate_config`: the same
+    checks and messages as ``memfit estimate``); what transformers' own validation still refuses (a field
+    the estimate does not read, of the wrong type) becomes a MemfitError with transformers' reason.
+    """
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
+    from memfit.estimate.shape import validate_config
+
+    validate_config(config)
     cfg = dict(config)
     model_type = cfg.pop("model_type", None)
     if not model_type:
@@ -78,9 +87,10 @@ def hf_config(config: dict[str, Any]) -> Any:
         cfg.pop("dtype", None)
     try:
         return AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError) as exc:
-        raise MemfitError(f"transformers cannot build a {model_type!r} config ({exc}); "
-                          "pass a config of a supported architecture (see `memfit models`)") from exc
+    except (ValueError, KeyError, TypeError, StrictDataclassError, RecursionError) as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise MemfitError(f"transformers cannot build a {model_type!r} config ({reason}); fix config.json, "
+                          "or pass a config of a supported architecture (see `memfit models`)") from exc
 
 
 def check_spec(spec: RunSpec, device: str) -> None:

@@ -134,8 +134,12 @@ def check_trace_spec(spec: RunSpec) -> None:
 
 
 def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
-    """MoE models outside bf16: transformers then routes tokens to experts with its eager loop, whose
-    ``nonzero`` has a data-dependent shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
+    """The config passes the estimate's boundary (:func:`memfit.estimate.shape.validate_config`), before any
+    model is built. MoE models outside bf16: transformers then routes tokens to experts with its eager loop,
+    whose ``nonzero`` has a data-dependent shape that fake tensors cannot give (bf16 uses grouped_mm)."""
+    from memfit.estimate.shape import validate_config
+
+    validate_config(config)
     if config.get("num_local_experts") and spec.precision != "bf16":
         raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
                           f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
