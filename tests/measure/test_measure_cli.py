@@ -89,3 +89,18 @@ def test_measure_refuses_invalid_configs_before_building(tmp_path: Path, capsys:
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_config", no_run)
     with pytest.raises(MemfitError, match="must be|not divisible|does not divide|more than|memfit accepts"):
         measure_point(config, RunSpec(method="full", precision="fp32", batch=1, seq=16, device="cpu"), steps=0)
+
+
+def test_measure_refuses_a_modules_to_save_name_no_module_has(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt2 has no embed_tokens: PEFT would silently train nothing extra (measure ran it before)."""
+    import memfit.measure.sweep as sweep
+
+    gpt2 = tiny_config("gpt2", layers=1, hidden=64, heads=4, vocab=256)
+    monkeypatch.setattr(sweep, "measure_in_subprocess", lambda *a, **k: pytest.fail("started a worker"))
+    (tmp_path / "config.json").write_text(json.dumps(gpt2))
+    assert main(["measure", str(tmp_path), "--modules-to-save", "embed_tokens", "--device", "cpu"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "embed_tokens matches no module of this gpt2 model" in err and "transformer.wte, lm_head" in err
+    with pytest.raises(MemfitError, match="embed_tokens matches no module of this gpt2 model"):
+        measure_point(gpt2, RunSpec(modules_to_save=("embed_tokens",), batch=1, seq=16, device="cpu"), steps=0)

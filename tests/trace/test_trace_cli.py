@@ -79,3 +79,39 @@ def test_trace_refuses_invalid_configs_before_building(tmp_path, capsys, monkeyp
     assert message in " ".join(err.split()) and "Traceback" not in err
     with pytest.raises(MemfitError, match="must be|not divisible|does not divide|more than|memfit accepts"):
         trace_step(config, RunSpec(batch=1, seq=16, device="cpu"))  # the library entry point checks too
+
+
+GPT2_TINY = tiny_config("gpt2", layers=2, hidden=64, heads=4, vocab=300)
+
+
+def test_trace_refuses_a_modules_to_save_name_no_module_has(tmp_path, capsys, monkeypatch) -> None:
+    """gpt2 has no embed_tokens: PEFT would silently train nothing extra; trace now says so, before building."""
+    import memfit.trace.engine as engine
+
+    monkeypatch.setattr(engine, "fake_model", lambda *a, **k: pytest.fail("built a model"))
+    (tmp_path / "config.json").write_text(json.dumps(GPT2_TINY))
+    assert main(["trace", str(tmp_path), "--modules-to-save", "embed_tokens", "--device", "cpu"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "embed_tokens matches no module of this gpt2 model" in err and "transformer.wte, lm_head" in err
+
+
+def test_trace_checks_modules_to_save_on_the_real_model_for_other_architectures() -> None:
+    """StarCoder2 has no shape model: the names are checked against the real module tree, same message."""
+    cfg = {"model_type": "starcoder2", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300, "max_position_embeddings": 256,
+           "eos_token_id": 0, "bos_token_id": 0}
+    spec = RunSpec(targets=("q_proj",), modules_to_save=("wte",), batch=1, seq=16, device="cpu")
+    with pytest.raises(MemfitError, match=r"wte matches no module of this starcoder2 model .*model\.embed_tokens"):
+        trace_step(cfg, spec)
+
+
+def test_trace_trains_gpt2s_real_embedding_name_as_the_estimate_counts_it() -> None:
+    """--modules-to-save wte (GPT-2's name, refused by the estimate before): the trace's trainable bytes (PEFT's
+    copy of transformer.wte, 300 x 64 fp32, plus the adapters) equal the estimate's."""
+    from memfit.estimate import ModelShape, estimate_memory
+
+    spec = RunSpec(modules_to_save=("wte",), precision="fp32", batch=1, seq=16, device="cpu")
+    traced = trace_step(GPT2_TINY, spec)
+    est = estimate_memory(ModelShape.from_hf_config(GPT2_TINY), spec)
+    adapters = 2 * 16 * (64 + 192) * 4  # 2 layers x c_attn: r=16 x (in 64 + out 192) x 4 B = 32,768
+    assert traced.model_states["weights_trainable"] == est.model_states.weights_trainable == adapters + 300 * 64 * 4

@@ -12,7 +12,8 @@ import typer
 from memfit.cli._app import app
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError
-from memfit.estimate import RunSpec, resolve_config
+from memfit.estimate import ModelShape, RunSpec, resolve_config
+from memfit.estimate.lora import check_modules_to_save
 from memfit.report import console, err_console, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -94,6 +95,7 @@ def measure_command(
         raise MemfitError(f"--steps must be a positive integer; got {steps}")
     limit = parse_size(memory_limit) if memory_limit else None
     config = resolve_config(model)
+    check_modules_to_save(ModelShape.from_hf_config(config), spec)  # before any worker builds the model
     dev = pick_device(device)
     spec = spec.with_(device=dev, batch=batches[0], seq=seqs[0], checkpointing=modes[0])
     from memfit.measure.model import check_spec

@@ -34,10 +34,11 @@ def trace_command(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
-    from memfit.trace.engine import check_trace_spec, trace_step
+    from memfit.trace.engine import check_trace_config, check_trace_spec, trace_step
 
     check_trace_spec(spec)
     config = load_config(model)
+    check_trace_config(config, spec)
     estimate = _estimate(model, spec)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
                   transient=True, disable=json_out) as progress:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from memfit.estimate.lora import adapted_linears, block_linears, lora_linear_params, lora_rank, modules_to_save_params
+from memfit.estimate.lora import adapted_linears, block_linears, lora_linear_params, lora_rank, saved_modules
 from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
@@ -150,10 +150,11 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         per_layer_tensors += [(r * lin.in_features, FP32), (r * lin.out_features, FP32)]
         assert lora_linear_params(lin, spec.rank) == r * (lin.in_features + lin.out_features)
     lora_params = sum(n for n, _ in per_layer_tensors) * shape.n_layers
-    mts = modules_to_save_params(shape, spec)
+    saved = saved_modules(shape, spec)
+    mts = sum(m.numel for m in saved)
     mts_b = FP32 if spec.method == "qlora" else w
-    head_t = [(shape.vocab * shape.embed_dim, mts_b)] if "lm_head" in spec.modules_to_save else []
-    emb_t = [(shape.vocab * shape.embed_dim, mts_b)] if "embed_tokens" in spec.modules_to_save else []
+    head_t = [(m.numel, mts_b) for m in saved if m.role == "head"]
+    emb_t = [(m.numel, mts_b) for m in saved if m.role == "embed"]
     rest = head_t + emb_t
     trainable_bytes = lora_params * FP32 + mts * mts_b
     if spec.method == "qlora":

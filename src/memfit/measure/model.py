@@ -240,9 +240,25 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
     )
 
 
+def _check_modules_to_save(model: torch.nn.Module, spec: RunSpec) -> None:
+    """PEFT 0.21.2 trains a copy of every module whose name ends with a ``modules_to_save`` entry and silently
+    none when nothing matches: a name that matches no module of the real model is an error here, with the
+    estimate's message (:func:`memfit.estimate.lora.unknown_modules_message`), for any architecture."""
+    from memfit.estimate.lora import unknown_modules_message
+
+    keys = [k for k, _ in model.named_modules(remove_duplicate=False) if k]
+    unknown = [m for m in spec.modules_to_save if not any(k.endswith(m) for k in keys)]
+    if unknown:
+        names = {id(module): k for k, module in model.named_modules()}
+        layers = [model.get_input_embeddings(), model.get_output_embeddings()]  # type: ignore[operator]
+        examples = [names[id(m)] for m in layers if m is not None and id(m) in names]
+        raise MemfitError(unknown_modules_message(unknown, str(getattr(model.config, "model_type", "")), examples))
+
+
 def _apply_lora(model: torch.nn.Module, spec: RunSpec) -> torch.nn.Module:
     from peft import get_peft_model
 
+    _check_modules_to_save(model, spec)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -134,12 +134,16 @@ def check_trace_spec(spec: RunSpec) -> None:
 
 
 def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
-    """The config passes the estimate's boundary (:func:`memfit.estimate.shape.validate_config`), before any
-    model is built. MoE models outside bf16: transformers then routes tokens to experts with its eager loop,
-    whose ``nonzero`` has a data-dependent shape that fake tensors cannot give (bf16 uses grouped_mm)."""
-    from memfit.estimate.shape import validate_config
+    """The config passes the estimate's boundary (:func:`memfit.estimate.shape.validate_config`, and every
+    ``--modules-to-save`` name must match a module), before any model is built. MoE models outside bf16:
+    transformers then routes tokens to experts with its eager loop, whose ``nonzero`` has a data-dependent
+    shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
+    from memfit.estimate.lora import check_modules_to_save
+    from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, ModelShape, validate_config
 
     validate_config(config)
+    if config.get("model_type") in SUPPORTED_MODEL_TYPES:  # others: checked on the real model (measure.model)
+        check_modules_to_save(ModelShape.from_hf_config(config), spec)
     if config.get("num_local_experts") and spec.precision != "bf16":
         raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
                           f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
