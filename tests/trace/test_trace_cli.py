@@ -115,3 +115,40 @@ def test_trace_trains_gpt2s_real_embedding_name_as_the_estimate_counts_it() -> N
     est = estimate_memory(ModelShape.from_hf_config(GPT2_TINY), spec)
     adapters = 2 * 16 * (64 + 192) * 4  # 2 layers x c_attn: r=16 x (in 64 + out 192) x 4 B = 32,768
     assert traced.model_states["weights_trainable"] == est.model_states.weights_trainable == adapters + 300 * 64 * 4
+
+
+BNB_STUB = '''"""Stands in for bitsandbytes 0.50 on a CPU with AVX512-BF16 and no `kernels` package: at import,
+bitsandbytes.backends.cpu.ops logs this warning (the real text), which PEFT's import triggers."""
+import logging
+import types
+
+logging.getLogger("bitsandbytes.backends.cpu.ops").warning(
+    "Failed to load CPU gemm_4bit_forward from kernels-community: No module named 'kernels'. Please make sure "
+    "you already `pip install kernels` and the kernels >= 0.11.1")
+nn = types.SimpleNamespace()  # what PEFT probes (no Linear4bit: no 4-bit support)
+'''
+
+
+@pytest.mark.slow
+def test_trace_stderr_has_no_third_party_import_noise_unless_verbose(tmp_path) -> None:
+    """Issue 21 #18: every LoRA trace printed bitsandbytes' "Failed to load ... kernels" warning (PEFT imports
+    bitsandbytes whenever it is installed), and transformers' special-token warnings for small configs."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "bitsandbytes").mkdir()
+    (tmp_path / "bitsandbytes" / "__init__.py").write_text(BNB_STUB)
+    (tmp_path / "config.json").write_text(json.dumps(tiny_config("gpt2", layers=1, hidden=32, heads=2, vocab=128)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    env.pop("TRANSFORMERS_VERBOSITY", None)
+    cmd = [sys.executable, "-m", "memfit.cli", "trace", str(tmp_path / "config.json"), "--device", "cpu",
+           "--batch", "1", "--seq", "16", "--json"]
+    quiet = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Failed to load" not in quiet.stderr and "bos_token_id" not in quiet.stderr
+    assert json.loads(quiet.stdout)["peak_bytes"] > 0
+    verbose = subprocess.run([*cmd, "--verbose"], capture_output=True, text=True, env=env, timeout=300)
+    assert verbose.returncode == 0
+    assert "Failed to load CPU gemm_4bit_forward" in verbose.stderr  # the stub was imported: not a vacuous pass
+    assert "bos_token_id" in verbose.stderr

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, resolve_config
@@ -75,6 +76,8 @@ def measure_command(
         "--max-batch", help="also find the largest micro-batch that fits, by bisection from the estimate")] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="write peak vs batch to this PNG")] = None,
     json_out: JsonFlag = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
+                                          "transformers) on stderr")] = False,
     *,
     spec: RunSpec,
 ) -> None:
@@ -86,6 +89,7 @@ def measure_command(
     """
     from memfit.units import parse_size
 
+    quiet_third_party(verbose)
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
     if checkpointing not in MEASURE_CHECKPOINTING:

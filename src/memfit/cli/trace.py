@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
@@ -24,11 +25,14 @@ def trace_command(
     model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
     json_out: JsonFlag = False,
     top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
+    verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
+                                          "transformers) on stderr")] = False,
     *,
     spec: RunSpec,
 ) -> None:
     """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
     holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one."""
+    quiet_third_party(verbose)
     require_extra("torch", "torch")
     require_extra("transformers", "torch")
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
