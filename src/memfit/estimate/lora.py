@@ -207,10 +207,14 @@ def unknown_modules_message(unknown: list[str], model_type: str, examples: list[
 def check_modules_to_save(shape: ModelShape, spec: RunSpec) -> None:
     """A MemfitError for ``--modules-to-save`` names that match no module of the model (what trace and measure
     check before building it; they run every name that does match, through PEFT)."""
-    if not spec.is_adapter or not spec.modules_to_save:
-        return
+    if spec.is_adapter and spec.modules_to_save:
+        _check_names(shape, spec.modules_to_save)
+
+
+@cache
+def _check_names(shape: ModelShape, requested: tuple[str, ...]) -> None:
     names = module_names(shape)
-    unknown = [m for m in spec.modules_to_save if not any(k.endswith(m) for k in names)]
+    unknown = [m for m in requested if not any(k.endswith(m) for k in names)]
     if unknown:
         raise MemfitError(unknown_modules_message(unknown, shape.model_type,
                                                   [m.path for m in embedding_modules(shape)]))
@@ -218,6 +222,7 @@ def check_modules_to_save(shape: ModelShape, spec: RunSpec) -> None:
 
 @cache
 def _saved_modules(shape: ModelShape, requested: tuple[str, ...]) -> tuple[SavedModule, ...]:
+    _check_names(shape, requested)
     modelled = {m.path: m for m in embedding_modules(shape)}
     names = module_names(shape)
     out: dict[str, SavedModule] = {}
@@ -238,7 +243,6 @@ def saved_modules(shape: ModelShape, spec: RunSpec) -> tuple[SavedModule, ...]:
     docstring). A MemfitError for a name no module has, or one matching a module the estimate does not model."""
     if not spec.is_adapter or not spec.modules_to_save:
         return ()
-    check_modules_to_save(shape, spec)
     return _saved_modules(shape, spec.modules_to_save)
 
 
