@@ -358,15 +358,19 @@ def validate_config(config: dict[str, Any]) -> None:
     """Check a config dict before any engine uses it; a MemfitError naming the field and the fix.
 
     Architectures the estimate models are checked by reading their :class:`ModelShape` (every rule of the
-    module docstring). Others (``memfit trace`` runs any transformers architecture) get the same checks on
-    the keys they share: each size a positive integer within ``SIZE_LIMITS``, key/value heads dividing the
-    heads, experts per token at most the experts.
+    module docstring). Others (``memfit trace`` runs any transformers architecture), and configs that leave
+    out a key the estimate needs but transformers defaults (an OPT config without ``ffn_dim``), get the same
+    checks on the keys they have: each size a positive integer within ``SIZE_LIMITS``, key/value heads
+    dividing the heads, experts per token at most the experts.
     """
     cfg = _language_config(config)
     model_type = cfg.get("model_type")
     if model_type in SUPPORTED_MODEL_TYPES:
-        _parse_config(config, name=None)
-        return
+        try:
+            _parse_config(config, name=None)
+            return
+        except _MissingKey:  # the estimate needs it; transformers has a default: check the keys present
+            pass
     ints = {fact: _optional_int(cfg, fact, *keys) for fact, keys in _GENERIC_KEYS.items()}
     heads, kv = ints["attention heads"], ints["key/value heads"]
     if heads and kv:
@@ -451,6 +455,10 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+class _MissingKey(MemfitError):
+    """A size the estimate needs is absent from the config (transformers may still have a default for it)."""
+
+
 class _Reader:
     def __init__(self, cfg: dict[str, Any], model_type: str):
         self.cfg = cfg
@@ -460,7 +468,7 @@ class _Reader:
         """A required size: a positive integer within ``SIZE_LIMITS[fact]``."""
         value = _first(self.cfg, *keys)
         if value is None:
-            raise MemfitError(
+            raise _MissingKey(
                 f"the {self.model_type} config lacks {' / '.join(keys)}: add it to config.json "
                 "(copy it from the model's card on the Hub)"
             )

@@ -142,8 +142,13 @@ def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
     from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, ModelShape, validate_config
 
     validate_config(config)
-    if config.get("model_type") in SUPPORTED_MODEL_TYPES:  # others: checked on the real model (measure.model)
-        check_modules_to_save(ModelShape.from_hf_config(config), spec)
+    if spec.is_adapter and spec.modules_to_save and config.get("model_type") in SUPPORTED_MODEL_TYPES:
+        try:
+            shape = ModelShape.from_hf_config(config)
+        except MemfitError:  # valid, but lacks a size the estimate needs: checked on the real model instead
+            shape = None
+        if shape is not None:  # other architectures: checked on the real model (memfit.measure.model)
+            check_modules_to_save(shape, spec)
     if config.get("num_local_experts") and spec.precision != "bf16":
         raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
                           f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
