@@ -87,7 +87,6 @@ def test_qwen3_bare_tokenizer_json_counts_like_its_directory() -> None:
     from transformers import AutoTokenizer
 
     from memfit.data.lengths import analyse_lengths
-    from memfit.data.tokenizer import special_tokens
 
     records = _first_gsm8k(50)
     hf = AutoTokenizer.from_pretrained(str(TOK / "qwen3"), local_files_only=True)
@@ -108,8 +107,7 @@ def test_qwen3_bare_tokenizer_json_counts_like_its_directory() -> None:
             assert (report.special_tokens.source, report.special_tokens.eos) == ("tokenizer_config.json",
                                                                                   "<|im_end|>")
             assert report.to_dict()["special_tokens"]["eos_id"] == hf.eos_token_id
-            rule = special_tokens(load_tokenizer(path))
-            assert rule.describe() == "EOS <|im_end|> appended (from tokenizer_config.json); no BOS"
+            assert report.special_tokens.describe() == "EOS <|im_end|> appended (from tokenizer_config.json); no BOS"
 
 
 def test_gpt_neox_bare_json_and_its_directory_name_no_eos_and_eos_flag_appends() -> None:
