@@ -26,7 +26,8 @@ _STRATEGY_HELP = {
 def special_tokens_line(rule: SpecialTokens, mode: str) -> str:
     """What each example ends with, and the rule it came from (:mod:`memfit.data.tokenizer`)."""
     if mode == "messages":
-        return f"special tokens: as the chat template writes them (tokenizer: {rule.describe()})"
+        return (f"special tokens: as the chat template writes them; nothing is appended to a chat (the EOS rule, "
+                f"{rule.eos or 'none'} from {rule.source}, applies to text and prompt/completion data)")
     return f"special tokens: {rule.describe()}"
 
 
