@@ -212,7 +212,7 @@ def test_empty_examples_are_counted_not_measured(tmp_path: Path) -> None:
     neox = SHARED / "tokenizers" / "gpt-neox-20b" / "tokenizer.json"  # no BOS/EOS: "" has no tokens
     r = analyse_lengths(p, neox, text="text", seq_len=16, batch=2)
     assert r.count == 2 and [(s.line, s.reason) for s in r.skipped] == [(2, "tokenises to no tokens")]
-    with pytest.raises(MemfitError, match="--seq-len must be a positive integer"):
+    with pytest.raises(MemfitError, match="--seq-len must be an integer of at least 2 tokens, got 0"):
         analyse_lengths(p, neox, text="text", seq_len=0)
 
 
@@ -229,3 +229,35 @@ def test_people_view_renders_the_key_figures() -> None:
     text = console.export_text()
     assert "950" in text and "train at --seq-len 960" in text and "line 7: malformed JSON" in text
     assert f"{r.padding.random.waste:.1%}" in text and "488 (48.80%)" in text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seq-len", "1"], "--seq-len must be an integer of at least 2 tokens, got 1"),  # as memfit pack
+    (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
+    (["--plot", "{tmp}/missing/h.png"], "the folder {tmp}/missing does not exist"),
+    (["--plot", "{tmp}/h.txt"], "matplotlib cannot write .txt files; end the name in .png"),
+    (["--plot", "{tmp}"], "is a directory: name an image file"),
+])
+def test_cli_bad_flags_are_one_red_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
+                                        message: str) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"question": "one two", "answer": "three"}\n')
+    flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
+    rc, out, err = _run(["lengths", str(p), "--tokenizer", str(QWEN3), "--prompt", "question", "--completion",
+                         "answer", *flags], capsys)
+    assert rc == 1 and out == "" and "Traceback" not in err
+    assert message.replace("{tmp}", str(tmp_path)) in err.replace("\n", " ")
+
+
+def test_cli_names_the_special_tokens_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"question": "one two", "answer": "three"}\n')
+    base = ["lengths", str(p), "--tokenizer", str(QWEN3 / "tokenizer.json"), "--prompt", "question", "--completion",
+            "answer"]
+    rc, out, _ = _run(base, capsys)
+    assert rc == 0 and "special tokens: EOS <|im_end|> appended (from tokenizer_config.json); no BOS" in out
+    rc, out, _ = _run([*base, "--no-eos", "--json"], capsys)
+    d = json.loads(out)
+    assert rc == 0 and d["special_tokens"]["source"] == "--no-eos"
+    rc, out, err = _run([*base, "--no-eos", "--eos", "<|endoftext|>"], capsys)
+    assert rc == 1 and "contradict" in err

@@ -182,3 +182,26 @@ def test_jsonl_line_that_is_not_utf8_is_counted(tmp_path: Path) -> None:
     loaded = load_records(p, text="text")
     assert [r["text"] for r in loaded.records] == ["caf\u00e9", "ok"]
     assert [s.line for s in loaded.skipped] == [2] and "not UTF-8" in loaded.skipped[0].reason
+
+
+BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark Excel and some Windows tools write
+
+
+def test_utf8_bom_keeps_the_first_jsonl_record_and_the_csv_header(tmp_path: Path) -> None:
+    """Issue 21 item 11: read as plain UTF-8, a BOM made JSONL line 1 "malformed JSON" (a skip, exit 0) and the
+    first CSV header "\\ufeffquestion" ("no field 'question'; its fields are: question, answer")."""
+    body = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
+    cases = {
+        "d.jsonl": BOM + body,
+        "d.json": BOM + json.dumps(ROWS).encode(),
+        "d.csv": BOM + b"question,answer\r\n" + b"".join(f"{r['question']},{r['answer']}\r\n".encode() for r in ROWS),
+        "d.jsonl.gz": gzip.compress(BOM + body),
+        "d.csv.gz": gzip.compress(BOM + b"question,answer\n" + b"q0,a0\nq1,a1\nq2,a2\nq3,a3\nq4,a4\n"),
+    }
+    for name, content in cases.items():
+        p = tmp_path / name
+        p.write_bytes(content)
+        loaded = load_records(p, prompt="question", completion="answer")
+        assert loaded.records == ROWS and not loaded.skipped, name
+        assert loaded.fields == ["question", "answer"], name
+        assert loaded.lines[0] == (2 if "csv" in name else 1), name

@@ -181,23 +181,65 @@ def test_too_long_is_an_error_naming_example_length_and_flags() -> None:
 
 
 def test_overflow_counts() -> None:
+    # _examples: prompt = the first int(n / 2) tokens (labels -100), so lengths 3, 12, 4, 25 have prompts 1, 6, 2, 12
+    # and loss tokens (labels[1:] != -100) 2, 6, 2, 13: 23 in all, 44 tokens.
     ex = _examples([3, 12, 4, 25])
     trunc = pack(ex, 10, overflow="truncate")
     assert (trunc.truncated_examples, trunc.truncated_tokens) == (2, 2 + 15)
-    assert trunc.tokens == 3 + 10 + 4 + 10
+    # 12 -> its first 10 (prompt 6: loss 4, tokens 10-11 cut carried loss: 2). 25 -> its first 10 are all prompt:
+    # no loss token left, so it is left out (10 tokens), and its 13 loss tokens were all in the cut tail.
+    assert (trunc.no_loss_examples, trunc.no_loss_tokens) == (1, 10)
+    assert trunc.tokens == 3 + 10 + 4 and trunc.truncated_loss_tokens == 2 + 13
+    assert (trunc.loss_tokens_in, trunc.loss_tokens_out) == (23, 2 + 4 + 2)
+    assert sorted(e for r in trunc.rows for e in r.example_ids) == [0, 1, 2]
     drop = pack(ex, 10, overflow="drop")
     assert (drop.dropped_examples, drop.dropped_tokens, drop.tokens) == (2, 37, 7)
+    assert (drop.dropped_loss_tokens, drop.loss_tokens_out) == (6 + 13, 2 + 2)
     assert sorted(e for r in drop.rows for e in r.example_ids) == [0, 2]
     split = pack(ex, 10, overflow="split")
-    # 12 -> 10 + 2, 25 -> 10 + 10 + 5
-    assert (split.split_examples, split.split_pieces, split.tokens) == (2, 5, 44)
+    # 12 -> 10 + 2, 25 -> 10 + 10 + 5; the 25's first piece is all prompt: left out (1 piece, 10 tokens).
+    assert (split.split_examples, split.split_pieces, split.no_loss_pieces, split.tokens) == (2, 5, 1, 34)
+    assert split.no_loss_examples == 0  # the 25 still has two pieces in the rows
     # Every piece after the first loses its first label. Example 1 (prompt = first 6 tokens): token 10 carried
     # loss. Example 3 (prompt = first 12): token 10 is prompt (already -100), token 20 carried loss. So 2.
     assert split.split_labels_masked == 2
     assert split.loss_tokens_in - split.loss_tokens_out == 2
     for res in (trunc, drop, split):
         b = res.breakdown()
-        assert b["tokens/packed"] + b["tokens/truncated"] + b["tokens/dropped"] == 44
+        assert b["tokens/packed"] + b["tokens/truncated"] + b["tokens/dropped"] + b["tokens/no_loss"] == 44
+        assert res.tokens_in == 44 and res.loss_tokens_in == 23 and res.examples == 4
+
+
+def test_accounting_worked_by_hand_prompt_longer_than_seq_len() -> None:
+    """Issue 21 item 9, the pack docstring's example. max_len 4, --overflow truncate.
+
+    A: 6 tokens, labels [-, -, -, -, 5, 6] (a 4-token prompt): 2 loss tokens (labels[1:]).
+    B: 3 tokens, labels [-, 2, 3]: 2 loss tokens.
+    In: 2 examples, 9 tokens, 4 loss tokens. Truncation keeps A[:4] (2 tokens cut, both carrying loss), which
+    has no loss token left: A is left out, not packed as a row that trains nothing. Out: 1 example (B),
+    3 tokens, 2 loss tokens. Tokens 9 = 3 + 2 truncated + 4 no-loss; loss 4 = 2 + 2 truncated.
+    """
+    a = {"input_ids": [1, 2, 3, 4, 5, 6], "labels": [-100, -100, -100, -100, 5, 6]}
+    b = {"input_ids": [7, 2, 3], "labels": [-100, 2, 3]}
+    res = pack([a, b], 4, overflow="truncate")
+    assert [r.example_ids for r in res.rows] == [[1]]
+    assert res.accounting() == {
+        "examples": {"in": 2, "out": 1, "empty": 0, "dropped_too_long": 0, "no_loss_token": 1},
+        "tokens": {"in": 9, "out": 3, "truncated": 2, "dropped_too_long": 0, "no_loss_token": 4},
+        "loss_tokens": {"in": 4, "out": 2, "truncated": 2, "dropped_too_long": 0, "split_first_label_masked": 0},
+    }
+    # The same data with --overflow drop and split: A is dropped as too long; split cuts A into [1-4] (no loss
+    # token: left out) and [5, 6] (first label 5 masked, 6 kept).
+    drop = pack([a, b], 4, overflow="drop").accounting()
+    assert drop["examples"] == {"in": 2, "out": 1, "empty": 0, "dropped_too_long": 1, "no_loss_token": 0}
+    assert drop["loss_tokens"]["dropped_too_long"] == 2 and drop["loss_tokens"]["out"] == 2
+    split = pack([a, b], 4, overflow="split")
+    assert split.accounting()["tokens"] == {"in": 9, "out": 5, "truncated": 0, "dropped_too_long": 0,
+                                            "no_loss_token": 4}
+    assert split.accounting()["loss_tokens"]["split_first_label_masked"] == 1 and split.loss_tokens_out == 3
+    # An example with no loss token at all is left out under every policy, and counted.
+    res = pack([{"input_ids": [1, 2], "labels": [-100, -100]}, b], 8)
+    assert res.no_loss_examples == 1 and res.packed_examples == 1 and res.tokens == 3
 
 
 def test_bad_input_messages() -> None:
@@ -251,31 +293,42 @@ def test_every_token_and_label_appears_exactly_once() -> None:
                 )
             seen["rows"] += 1
             seen["multi"] += len(row.example_ids) > 1
-        kept = 0
+        kept = loss_in = loss_out = 0
         for i, ex in enumerate(examples):
             n = len(ex["input_ids"])
+            labels = ex["labels"]
+            loss_in += sum(1 for t in labels[1:] if t != IGNORE_INDEX)
             if n > max_len and overflow == "drop":
                 assert i not in pieces
                 continue
-            got = sorted(pieces[i])
-            assert [off for off, *_ in got] == list(range(0, sum(len(p[1]) for p in got), max_len))
-            ids = [t for _, p, _, _ in got for t in p]
-            labels = [t for _, _, lab, _ in got for t in lab]
-            want_n = min(n, max_len) if overflow == "truncate" else n
-            assert ids == ex["input_ids"][:want_n]  # every token once, in order
+            end = min(n, max_len) if overflow == "truncate" else n
+            want = [(off, min(end, off + max_len)) for off in range(0, end, max_len)]
+            # a piece (or example) with no loss token in labels[1:] trains nothing: it is left out
+            want = [(a, b) for a, b in want if any(t != IGNORE_INDEX for t in labels[a + 1 : b])]
+            got = sorted(pieces.get(i, []))
+            assert [(off, off + len(p)) for off, p, _, _ in got] == want
             for off, p_ids, p_lab, _ in got:
+                assert p_ids == ex["input_ids"][off : off + len(p_ids)]  # every token once, in order
                 assert p_lab[0] == IGNORE_INDEX  # the documented first-label rule
-                assert p_lab[1:] == ex["labels"][off + 1 : off + len(p_ids)]  # every other label intact
-            kept += len(ids)
-            seen["examples"] += 1
+                assert p_lab[1:] == labels[off + 1 : off + len(p_ids)]  # every other label intact
+                loss_out += sum(1 for t in p_lab[1:] if t != IGNORE_INDEX)
+                kept += len(p_ids)
+            seen["examples"] += bool(got)
+            seen["no_loss"] += len(want) < len(range(0, end, max_len))
         assert kept == res.tokens
-        assert res.tokens + res.truncated_tokens + res.dropped_tokens == sum(len(e["input_ids"]) for e in examples)
-        assert res.loss_tokens_in - res.split_labels_masked == res.loss_tokens_out
+        assert (res.loss_tokens_in, res.loss_tokens_out) == (loss_in, loss_out)
+        total = sum(len(e["input_ids"]) for e in examples)
+        assert res.tokens_in == total
+        assert res.tokens + res.truncated_tokens + res.dropped_tokens + res.no_loss_tokens == total
+        assert res.loss_tokens_out + res.truncated_loss_tokens + res.dropped_loss_tokens + res.split_labels_masked \
+            == res.loss_tokens_in
+        assert res.packed_examples + res.empty_examples + res.dropped_examples + res.no_loss_examples == res.examples
 
     check()
     # Guard against passing vacuously: many rows really held several examples.
     assert seen["multi"] >= 100, seen
     assert seen["examples"] >= 500, seen
+    assert seen["no_loss"] >= 20, seen  # examples or pieces left out for having no loss token really occurred
 
 
 def test_rows_longer_than_65535_tokens() -> None:

@@ -85,7 +85,109 @@ def test_verify_pack_pass_and_naive_fail(gsm8k_200: Path, capsys) -> None:
     code, out, _ = _run(capsys, base)
     ok = json.loads(out)
     assert code == 0 and ok["pass"] is True and ok["examples"] == 6 and ok["rows"] < 6
-    code, out, _ = _run(capsys, [*base, "--attention", "naive"])
+    code, out, _ = _run(capsys, [*base, "--mask", "naive"])
     bad = json.loads(out)
     assert code == 1 and bad["pass"] is False
     assert bad["max_abs_logit_diff"] > 1e-2
+
+
+LLAMA2 = SHARED / "tokenizers" / "llama2"
+
+
+def test_pack_truncate_reports_every_example_token_and_loss_token_in_and_out(gsm8k_200: Path, tmp_path: Path,
+                                                                             capsys) -> None:
+    """Issue 21 item 9 on GSM8K with Llama 2 at --seq-len 64: the report showed loss tokens "in / packed" equal
+    while truncation cut most of them, and examples whose prompt alone is 64+ tokens were packed as rows that
+    train nothing. The oracle is the sentencepiece library: per example, prompt P = 1 (BOS) + len(question),
+    completion C = len(answer) + 1 (EOS), length L = P + C. Alone it trains on C tokens. Truncated to
+    K = min(L, 64) it keeps max(0, K - P) loss tokens; an example with none left is left out (K tokens)."""
+    import sentencepiece
+
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(LLAMA2 / "tokenizer.model"))
+    records = [json.loads(line) for line in gsm8k_200.read_text().splitlines()][:100]
+    data = tmp_path / "g100.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    seq = 64
+    prompt = [1 + len(spm.encode(r["question"])) for r in records]
+    total = [p + len(spm.encode(r["answer"])) + 1 for p, r in zip(prompt, records, strict=True)]
+    kept_loss = [max(0, min(n, seq) - p) for p, n in zip(prompt, total, strict=True)]
+    no_loss = [min(n, seq) for n, k in zip(total, kept_loss, strict=True) if k == 0]
+    assert len(no_loss) > 10  # guard: many prompts really are longer than --seq-len here
+
+    code, out, _ = _run(capsys, ["pack", str(data), "-t", str(LLAMA2), "--prompt", "question", "--completion",
+                                 "answer", "--seq-len", str(seq), "--overflow", "truncate", "--json",
+                                 "--out", str(tmp_path / "rows.jsonl")])
+    assert code == 0
+    acc = json.loads(out)["accounting"]
+    assert acc["examples"] == {"in": 100, "out": 100 - len(no_loss), "empty": 0, "dropped_too_long": 0,
+                               "no_loss_token": len(no_loss)}
+    assert acc["tokens"] == {"in": sum(total), "out": sum(min(n, seq) for n in total) - sum(no_loss),
+                             "truncated": sum(max(0, n - seq) for n in total), "dropped_too_long": 0,
+                             "no_loss_token": sum(no_loss)}
+    loss_in = sum(n - p for p, n in zip(prompt, total, strict=True))
+    assert acc["loss_tokens"] == {"in": loss_in, "out": sum(kept_loss), "truncated": loss_in - sum(kept_loss),
+                                  "dropped_too_long": 0, "split_first_label_masked": 0}
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert all(any(t != -100 for t in r["labels"][1:]) for r in rows)  # no row that trains nothing
+
+    code, out, _ = _run(capsys, ["pack", str(data), "-t", str(LLAMA2), "--prompt", "question", "--completion",
+                                 "answer", "--seq-len", str(seq), "--overflow", "truncate",
+                                 "--out", str(tmp_path / "rows.jsonl")])
+    assert code == 0
+    assert f"{loss_in:,}" in out and f"{sum(kept_loss):,}" in out and f"{len(no_loss)} no loss token left" in out
+    assert "special tokens: EOS </s> appended (from SentencePiece model); BOS <s>" in out
+
+
+def test_pack_json_names_the_special_tokens_rule(gsm8k_200: Path, tmp_path: Path, capsys) -> None:
+    code, out, _ = _run(capsys, ["pack", str(gsm8k_200), "-t", str(TOKENIZER), "--prompt", "question",
+                                 "--completion", "answer", "--seq-len", "1024", "--out", str(tmp_path / "r.jsonl"),
+                                 "--eos", "<|endoftext|>", "--json"])
+    assert code == 0
+    d = json.loads(out)
+    assert d["special_tokens"] == {"source": "--eos", "eos": "<|endoftext|>", "eos_id": 0, "bos": None,
+                                   "candidates": []}
+    # one EOS (id 0, the raw tokenizers library's id of <|endoftext|>) more per example than without --eos
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sum(r["input_ids"].count(0) for r in rows) == 200
+
+
+def test_verify_pack_on_pack_output_says_to_pass_the_source(gsm8k_200: Path, tmp_path: Path, capsys) -> None:
+    rows = tmp_path / "rows.jsonl"
+    code, _, _ = _run(capsys, ["pack", str(gsm8k_200), "-t", str(TOKENIZER), "--prompt", "question",
+                               "--completion", "answer", "--seq-len", "1024", "--out", str(rows)])
+    assert code == 0
+    for extra in ([], ["--prompt", "question", "--completion", "answer"]):
+        code, out, err = _run(capsys, ["verify-pack", str(rows), "-t", str(TOKENIZER), *extra])
+        assert code == 1 and out == "" and "Traceback" not in err
+        assert "looks like the output of memfit pack" in err and "pass the file you packed" in err
+
+
+def test_verify_pack_mask_flag_and_old_attention_values(gsm8k_200: Path, capsys) -> None:
+    """--attention means the attention kernel in every command; verify-pack's mask form is --mask. The old
+    spelling (--attention position_ids | block_mask | naive) is one line naming the new flag."""
+    base = ["verify-pack", str(gsm8k_200), "-t", str(TOKENIZER), "--prompt", "question", "--completion", "answer",
+            "--seq-len", "512", "--limit", "3"]
+    for old, new in (("position_ids", "--mask position-ids"), ("block_mask", "--mask block"),
+                     ("naive", "--mask naive")):
+        code, out, err = _run(capsys, [*base, "--attention", old])
+        assert code == 1 and out == "" and new in err and "attention kernel" in err and "Traceback" not in err
+    code, out, _ = _run(capsys, [*base, "--mask", "block", "--attention", "eager", "--json"])
+    d = json.loads(out)
+    assert code == 0 and d["pass"] is True and d["mask"] == "block" and d["attn_implementation"] == "eager"
+    code, _, err = _run(capsys, [*base, "--mask", "flex"])
+    assert code == 1 and "unknown --mask 'flex'" in err
+
+
+@pytest.mark.parametrize("target", ["/proc/memfit-rows.jsonl", "/sys/memfit-rows.jsonl",
+                                    "/sys/kernel/memfit-rows.parquet", "DIR", "DIR/missing/rows.jsonl"])
+def test_pack_out_that_cannot_be_written_is_one_line(gsm8k_200: Path, tmp_path: Path, capsys, target: str) -> None:
+    if target.startswith(("/proc", "/sys")) and not Path(target).parent.is_dir():
+        pytest.skip("no /proc or /sys here")
+    existing = tmp_path / "rows.jsonl"
+    existing.mkdir()
+    out_path = target.replace("DIR", str(existing))
+    code, out, err = _run(capsys, ["pack", str(gsm8k_200), "-t", str(TOKENIZER), "--prompt", "question",
+                                   "--completion", "answer", "--out", out_path])
+    assert code == 1 and out == ""
+    assert err.startswith("error:") and "--out" in err and len(err.strip().splitlines()) <= 2
+    assert "Traceback" not in err and not Path(out_path).is_file()

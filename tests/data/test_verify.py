@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,10 +38,10 @@ def model():
     return tiny_llama(VOCAB, attn_implementation="sdpa")
 
 
-@pytest.mark.parametrize("form", ["position_ids", "block_mask"])
+@pytest.mark.parametrize("form", ["position-ids", "block"])
 def test_correct_packing_passes(model, form: str) -> None:
     ex = _examples()
-    res = verify_packing(model, ex, 96, attention=form, batch_size=3)
+    res = verify_packing(model, ex, 96, mask=form, batch_size=3)
     assert res.passed, res.failures
     assert res.examples == len(ex) and res.rows < len(ex)  # several examples per row really were packed
     assert res.max_abs_logit_diff < 1e-4
@@ -57,7 +58,7 @@ def test_eager_passes_too() -> None:
 
 def test_naive_concatenation_with_an_all_ones_mask_fails(model) -> None:
     ex = _examples()
-    res = verify_packing(model, ex, 96, attention="naive", batch_size=3)
+    res = verify_packing(model, ex, 96, mask="naive", batch_size=3)
     assert not res.passed
     assert res.examples_with_logit_diff > 0 and res.max_abs_logit_diff > 1e-2
     assert any("attend across their boundaries" in f for f in res.failures)
@@ -105,8 +106,8 @@ def test_limit_and_errors(model) -> None:
     assert res.examples == 5
     with pytest.raises(MemfitError, match="--limit"):
         verify_packing(model, _examples(), 96, limit=0)
-    with pytest.raises(MemfitError, match="unknown attention form"):
-        verify_packing(model, _examples(), 96, attention="flex")
+    with pytest.raises(MemfitError, match=re.escape("unknown --mask 'flex': choose one of position-ids | block")):
+        verify_packing(model, _examples(), 96, mask="flex")
 
 
 def test_gsm8k_with_a_real_tokenizer_passes() -> None:

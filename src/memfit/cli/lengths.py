@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._data_options import EosOpt, NoEosOpt, eos_choice
 from memfit.cli._spec_options import spec_options
 from memfit.estimate import RunSpec
 
@@ -35,7 +36,9 @@ def lengths_command(
     model: Annotated[str | None, typer.Option("--model", "-m", help="catalogue name or config.json: also show "
                                               "the activation memory of each batching strategy")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="write a histogram (PNG) with p95 and max marked")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="seed of the random batch order")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the random batch order (>= 0)")] = 0,
+    eos: EosOpt = None,
+    no_eos: NoEosOpt = False,
     json_out: JsonFlag = False,
     *,
     spec: RunSpec,
@@ -44,15 +47,18 @@ def lengths_command(
     padding waste of random / length-grouped / packed batches, and with --model the activation memory."""
     from memfit.data.lengths import analyse_lengths, strategy_activations
     from memfit.report import console, print_json
-    from memfit.report.lengths import lengths_renderable, plot_lengths
+    from memfit.report.lengths import check_plot_path, lengths_renderable, plot_lengths
 
+    if plot is not None:  # fail on a path that cannot be written before the slow part
+        check_plot_path(plot)
     shape = None
     if model is not None:  # fail on a bad model name before the slow part
         from memfit.estimate import resolve_model
 
         shape = resolve_model(model)
     report = analyse_lengths(data, tokenizer, text=text, prompt=prompt, completion=completion, messages=messages,
-                             seq_len=seq_len, batch=batch, seed=seed, progress=sys.stderr.isatty())
+                             seq_len=seq_len, batch=batch, seed=seed, progress=sys.stderr.isatty(),
+                             eos=eos_choice(eos, no_eos))
     if shape is not None:
         from dataclasses import replace
 

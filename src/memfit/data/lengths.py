@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from memfit.data.load import Skipped
 from memfit.data.padding import PaddingReport, padding_report
+from memfit.data.tokenizer import SpecialTokens
 from memfit.errors import MemfitError
 
 if TYPE_CHECKING:
@@ -50,6 +51,18 @@ PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 SEQ_MULTIPLE = 64  # the recommended sequence length is p95 rounded up to a multiple of this many tokens
 DEFAULT_SEQ_LEN = 2048
 DEFAULT_BATCH = 8
+MIN_SEQ_LEN = 2  # a causal LM learns token t from tokens < t: a 1-token row carries no loss (as memfit pack)
+
+
+def _too_small(flag: str, value: object, least: int) -> str:
+    """The message for a flag below its least value, with the reason where there is one."""
+    if flag == "--seq-len":
+        return (f"--seq-len must be an integer of at least {least} tokens, got {value!r}: a causal LM learns "
+                "each token from the ones before it, so a row of 1 token carries no loss (memfit pack needs "
+                "the same)")
+    if least == 0:
+        return f"{flag} must be a non-negative integer, got {value!r}"
+    return f"{flag} must be a positive integer, got {value!r}"
 
 
 def nearest_rank_percentile(sorted_lengths: np.ndarray, p: float) -> int:
@@ -109,6 +122,7 @@ class LengthReport:
     lengths: list[int] = field(repr=False)
     activations: list[ActivationRow] | None = None
     model: str | None = None
+    special_tokens: SpecialTokens | None = None
 
     @property
     def p95(self) -> int:
@@ -145,6 +159,8 @@ class LengthReport:
             "recommended_truncated_share": self.recommended_truncated_share,
             "padding": self.padding.to_dict(),
         }
+        if self.special_tokens is not None:
+            d["special_tokens"] = self.special_tokens.to_dict()
         if self.activations is not None:
             d["model"] = self.model
             d["activations"] = [a.to_dict() for a in self.activations]
@@ -172,8 +188,8 @@ def length_report(
 ) -> LengthReport:
     """Statistics of ``lengths`` (module docstring). ``examples`` (same order) give the loss tokens, which
     are reported for the prompt/completion and chat modes (``None`` in text mode, where every token does)."""
-    if seq_len < 1:
-        raise MemfitError(f"--seq-len must be a positive integer, got {seq_len}")
+    if seq_len < MIN_SEQ_LEN:
+        raise MemfitError(_too_small("--seq-len", seq_len, MIN_SEQ_LEN))
     lens = np.asarray(lengths, dtype=np.int64)
     if lens.size == 0:
         raise MemfitError(f"{source or 'the data'} has no examples to measure")
@@ -220,21 +236,23 @@ def analyse_lengths(
     batch: int = DEFAULT_BATCH,
     seed: int = 0,
     progress: bool = False,
+    eos: str | bool | None = None,
 ) -> LengthReport:
     """Load ``data``, tokenise it with ``tokenizer`` (a path, or a loaded tokenizer) and report its lengths.
 
-    The one call other commands use (``memfit fit --data`` takes ``report.p95`` and
-    ``report.recommended_seq_len`` from here).
+    ``eos`` is :func:`memfit.data.tokenizer.load_tokenizer`'s (``--eos TOKEN`` / ``--no-eos``; ``None``: the
+    tokenizer's own rule), used when ``tokenizer`` is a path. The one call other commands use (``memfit fit
+    --data`` takes ``report.p95`` and ``report.recommended_seq_len`` from here).
     """
     from memfit.data.load import load_records
     from memfit.data.tokenize import tokenize_records
-    from memfit.data.tokenizer import load_tokenizer, tokenizer_name
+    from memfit.data.tokenizer import load_tokenizer, special_tokens, tokenizer_name
 
-    for flag, value in (("--seq-len", seq_len), ("--batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise MemfitError(f"{flag} must be a positive integer, got {value!r}")
+    for flag, value, least in (("--seq-len", seq_len, 2), ("--batch", batch, 1), ("--seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise MemfitError(_too_small(flag, value, least))
     loaded = load_records(data, text=text, prompt=prompt, completion=completion, messages=messages)
-    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
+    tok = load_tokenizer(tokenizer, eos=eos) if isinstance(tokenizer, str | Path) else tokenizer
     spec = loaded.spec
     rejected: dict[int, str] = {}
     examples = tokenize_records(tok, loaded.records, text=spec.text, prompt=spec.prompt,
@@ -247,8 +265,10 @@ def analyse_lengths(
         skipped.sort(key=lambda s: s.line)
         drop = set(empty)
         examples = [e for i, e in enumerate(examples) if i not in drop]
-    return length_report([len(e) for e in examples], seq_len=seq_len, batch=batch, examples=examples,
-                         mode=spec.mode, skipped=skipped, source=str(data), tokenizer=tokenizer_name(tok), seed=seed)
+    report = length_report([len(e) for e in examples], seq_len=seq_len, batch=batch, examples=examples,
+                           mode=spec.mode, skipped=skipped, source=str(data), tokenizer=tokenizer_name(tok),
+                           seed=seed)
+    return replace(report, special_tokens=special_tokens(tok))
 
 
 def strategy_activations(report: LengthReport, shape: ModelShape, spec: RunSpec) -> list[ActivationRow]:

@@ -15,6 +15,9 @@ a directory from ``save_to_disk``      its Arrow shards (``state.json``), read w
                                        is not needed. A ``DatasetDict`` directory names its splits.
 =====================================  ==================================================================
 
+Text is UTF-8, with or without a byte-order mark (``utf-8-sig``: Excel and some Windows tools write one;
+read as plain UTF-8 it would break the first JSONL record and the first CSV header).
+
 Nothing is lost silently: every record that cannot be used (malformed JSON, not an object, the field
 missing or of the wrong type, an unknown chat role) becomes a :class:`Skipped` with its line number
 (the 1-based line of a JSONL file, the 1-based data row of a CSV / Parquet / JSON list) and the
@@ -170,7 +173,8 @@ def load_records(
         spec = infer_fields(fields, path=p)
     for name in spec.names:
         if name not in fields:
-            raise MemfitError(f"{p} has no field {name!r}; its fields are: {', '.join(fields) or '(none)'}")
+            raise MemfitError(f"{p} has no field {name!r}; its fields are: {', '.join(fields) or '(none)'}"
+                              + _tokenized_hint(fields))
 
     records: list[dict[str, Any]] = []
     lines: list[int] = []
@@ -205,8 +209,27 @@ def infer_fields(fields: list[str], *, path: str | Path = "data") -> FieldSpec:
         return FieldSpec(prompt="prompt", completion="completion")
     if "text" in fields:
         return FieldSpec(text="text")
+    hint = _tokenized_hint(fields)
+    if hint:
+        raise MemfitError(f"{path} holds no text to tokenise (fields: {', '.join(fields)})" + hint)
     raise MemfitError(f"cannot tell which fields of {path} to tokenise (fields: {', '.join(fields)}): "
                       "pass --text FIELD, --prompt FIELD --completion FIELD, or --messages FIELD")
+
+
+PACKED_FIELDS = frozenset({"position_ids", "seq_lens", "cu_seqlens", "example_ids"})  # memfit pack's extra fields
+
+
+def _tokenized_hint(fields: list[str]) -> str:
+    """A hint when the records are already token ids (``memfit pack`` output, or a tokenized data set)."""
+    names = set(fields)
+    if "input_ids" not in names:
+        return ""
+    if names & PACKED_FIELDS:
+        return (": it looks like the output of memfit pack (packed rows of token ids). memfit lengths, pack and "
+                "verify-pack read the source records (text, prompt/completion or a chat) and tokenise and pack "
+                "them themselves: pass the file you packed, not the packed rows")
+    return (": its records are already token ids (input_ids); memfit reads the text and tokenises it with "
+            "--tokenizer: pass the records before tokenisation")
 
 
 def normalise_messages(value: Any) -> list[dict[str, str]]:
@@ -266,10 +289,14 @@ def _detect_format(p: Path) -> str:
                       "or a directory from datasets' save_to_disk")
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _open_text(p: Path) -> io.TextIOBase:
+    """``p`` as text: UTF-8 with an optional byte-order mark (``utf-8-sig`` drops it), gzip when ``.gz``."""
     if p.name.lower().endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", errors="replace", newline="")
-    return open(p, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", errors="replace", newline="")
+    return open(p, encoding="utf-8-sig", errors="replace", newline="")  # noqa: SIM115
 
 
 def _read_jsonl(p: Path) -> _Rows:
@@ -278,6 +305,8 @@ def _read_jsonl(p: Path) -> _Rows:
     try:
         with gzip.open(p, "rb") if p.name.lower().endswith(".gz") else open(p, "rb") as f:
             for line_no, raw in enumerate(f, start=1):
+                if line_no == 1 and raw.startswith(UTF8_BOM):  # a byte-order mark, as utf-8-sig drops it
+                    raw = raw[len(UTF8_BOM):]
                 if not raw.strip():
                     continue
                 try:

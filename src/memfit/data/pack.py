@@ -50,6 +50,7 @@ __all__ = [
     "PackResult",
     "PackedRow",
     "block_mask_bytes",
+    "check_out_path",
     "example_fields",
     "loss_tokens",
     "pack",
@@ -268,14 +269,27 @@ class PackedRow:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PackResult:
-    """Packed rows and the accounting of every example and token.
+    """Packed rows and the accounting of every example, token and loss token, in and out.
 
     ``tokens`` are the real tokens in the rows. ``efficiency = tokens / (rows * max_len)``; the lower bound on
     rows is ``ceil(tokens / max_len)`` and ``bound_ratio = lower_bound_rows / rows`` (1.0 = optimal).
-    ``loss_tokens_in`` counts the tokens that carry loss in the examples as a causal LM trains on them
-    alone (``labels[1:] != -100``, the shift drops label 0), restricted to the tokens that were kept;
-    ``loss_tokens_out`` the same in the packed rows. They are equal unless a split piece lost its first label
-    (``split_labels_masked``).
+
+    Loss tokens are the tokens a causal LM trains on (``labels[1:] != -100``: the shift drops label 0).
+    ``loss_tokens_in`` counts them in the whole examples as given, alone; ``loss_tokens_out`` in the rows.
+    Nothing goes missing between them: every example, token and loss token that is not in the rows is counted
+    under the reason it left (:meth:`accounting`)::
+
+        examples     = packed_examples + empty_examples + dropped_examples + no_loss_examples
+        tokens_in    = tokens + truncated_tokens + dropped_tokens + no_loss_tokens
+        loss_tokens_in = loss_tokens_out + truncated_loss_tokens + dropped_loss_tokens + split_labels_masked
+
+    ``truncated_*``: ``--overflow truncate`` cut the tail past ``max_len``; ``dropped_*``: ``--overflow drop``
+    left out an example longer than ``max_len``; ``split_labels_masked``: a split piece's first label, which
+    the whole example trained on and the piece cannot (its first label becomes -100); ``no_loss_*``: an
+    example (or split piece) with no loss token left (a prompt longer than ``max_len`` that truncation
+    leaves without its completion, a piece of a split prompt, an example whose labels are all -100) trains
+    nothing and is left out rather than packed as dead weight. ``no_loss_examples`` counts examples left with
+    nothing in the rows for that reason, ``no_loss_pieces`` the split pieces left out.
     """
 
     rows: tuple[PackedRow, ...]
@@ -284,14 +298,20 @@ class PackResult:
     examples: int
     empty_examples: int
     packed_examples: int
+    tokens_in: int
     tokens: int
     truncated_examples: int
     truncated_tokens: int
+    truncated_loss_tokens: int
     dropped_examples: int
     dropped_tokens: int
+    dropped_loss_tokens: int
     split_examples: int
     split_pieces: int
     split_labels_masked: int
+    no_loss_examples: int
+    no_loss_pieces: int
+    no_loss_tokens: int
     loss_tokens_in: int
     loss_tokens_out: int
 
@@ -320,6 +340,21 @@ class PackResult:
     def examples_per_row(self) -> float:
         return self.packed_examples / self.n_rows if self.rows else 0.0
 
+    def accounting(self) -> dict[str, dict[str, int]]:
+        """Examples, tokens and loss tokens in, out, and each reason for the difference (class docstring).
+
+        ``in == out + the sum of the other entries`` for each of the three.
+        """
+        return {
+            "examples": {"in": self.examples, "out": self.packed_examples, "empty": self.empty_examples,
+                         "dropped_too_long": self.dropped_examples, "no_loss_token": self.no_loss_examples},
+            "tokens": {"in": self.tokens_in, "out": self.tokens, "truncated": self.truncated_tokens,
+                       "dropped_too_long": self.dropped_tokens, "no_loss_token": self.no_loss_tokens},
+            "loss_tokens": {"in": self.loss_tokens_in, "out": self.loss_tokens_out,
+                            "truncated": self.truncated_loss_tokens, "dropped_too_long": self.dropped_loss_tokens,
+                            "split_first_label_masked": self.split_labels_masked},
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rows": self.n_rows,
@@ -329,6 +364,7 @@ class PackResult:
             "empty_examples": self.empty_examples,
             "packed_examples": self.packed_examples,
             "examples_per_row": self.examples_per_row,
+            "tokens_in": self.tokens_in,
             "tokens": self.tokens,
             "padding_tokens": self.padding_tokens,
             "efficiency": self.efficiency,
@@ -336,22 +372,34 @@ class PackResult:
             "bound_ratio": self.bound_ratio,
             "truncated_examples": self.truncated_examples,
             "truncated_tokens": self.truncated_tokens,
+            "truncated_loss_tokens": self.truncated_loss_tokens,
             "dropped_examples": self.dropped_examples,
             "dropped_tokens": self.dropped_tokens,
+            "dropped_loss_tokens": self.dropped_loss_tokens,
             "split_examples": self.split_examples,
             "split_pieces": self.split_pieces,
             "split_labels_masked": self.split_labels_masked,
+            "no_loss_examples": self.no_loss_examples,
+            "no_loss_pieces": self.no_loss_pieces,
+            "no_loss_tokens": self.no_loss_tokens,
             "loss_tokens_in": self.loss_tokens_in,
             "loss_tokens_out": self.loss_tokens_out,
+            "accounting": self.accounting(),
         }
 
     def breakdown(self) -> dict[str, int]:
-        """Where every input token went: ``packed + truncated + dropped == input``."""
+        """Where every input token went: ``packed + truncated + dropped + no_loss == input``."""
         return {
-            "tokens/input": self.tokens + self.truncated_tokens + self.dropped_tokens,
+            "tokens/input": self.tokens_in,
             "tokens/packed": self.tokens,
             "tokens/truncated": self.truncated_tokens,
             "tokens/dropped": self.dropped_tokens,
+            "tokens/no_loss": self.no_loss_tokens,
+            "loss_tokens/input": self.loss_tokens_in,
+            "loss_tokens/packed": self.loss_tokens_out,
+            "loss_tokens/truncated": self.truncated_loss_tokens,
+            "loss_tokens/dropped": self.dropped_loss_tokens,
+            "loss_tokens/split_first_label_masked": self.split_labels_masked,
             "slots/rows_x_max_len": self.n_rows * self.max_len,
             "slots/padding": self.padding_tokens,
         }
@@ -382,9 +430,16 @@ def pack(
     :class:`MemfitError` naming the example, its length and the flags; ``"truncate"`` keeps its first
     ``max_len`` tokens; ``"drop"`` leaves it out; ``"split"`` cuts it into pieces of ``max_len`` tokens (the
     last shorter), each packed as its own sequence (positions restart, so a piece does not see the previous
-    piece, and its first label becomes -100: counted in ``split_labels_masked``). Each is counted in the
-    result. Empty examples (0 tokens) have nothing to pack and are counted in ``empty_examples``.
-    ``lines`` (the line or record number of each example in its file) makes error messages name it.
+    piece, and its first label becomes -100: counted in ``split_labels_masked``). An example or piece left
+    with no loss token (``labels[1:]`` all -100) is left out and counted in ``no_loss_*``. Empty examples (0
+    tokens) have nothing to pack and are counted in ``empty_examples``. Every example, token and loss token
+    in and out is in the result (:meth:`PackResult.accounting`). ``lines`` (the line or record number of each
+    example in its file) makes error messages name it.
+
+    Worked example, ``max_len = 4``, ``overflow="truncate"``: ``A`` = 6 tokens, labels ``[-, -, -, -, 5, 6]``
+    (a 4-token prompt); ``B`` = 3 tokens, labels ``[-, 2, 3]``. In: 2 examples, 9 tokens, 2 + 2 = 4 loss
+    tokens. Truncation keeps ``A[:4]`` (cut: 2 tokens, 2 loss tokens), which has no loss token left, so it is
+    left out (1 example, 4 tokens). Out: 1 example, 3 tokens, 2 loss tokens: 9 = 3 + 2 + 4, 4 = 2 + 2.
 
     >>> ex = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}, {"input_ids": [4, 5], "labels": [4, 5]}]
     >>> row = pack(ex, 8).rows[0]
@@ -394,7 +449,8 @@ def pack(
     if overflow not in OVERFLOW_CHOICES:
         raise MemfitError(f"unknown --overflow {overflow!r}: choose one of {', '.join(OVERFLOW_CHOICES)}")
     if max_len < 2:
-        raise MemfitError(f"--seq-len must be at least 2 tokens, not {max_len}")
+        raise MemfitError(f"--seq-len must be an integer of at least 2 tokens, got {max_len}: a causal LM learns "
+                          "each token from the ones before it, so a row of 1 token carries no loss")
     fields = [example_fields(e) for e in examples]
     for i, (ids, labels) in enumerate(fields):
         if len(ids) != len(labels):
@@ -411,45 +467,71 @@ def pack(
             f"({over.size:,} example{'s are' if over.size > 1 else ' is'} longer): raise --seq-len or pass "
             "--overflow truncate|drop|split"
         )
-    # Pieces to pack: (example, offset, length)
+    # Pieces to pack: (example, offset, length). Each piece trains on its labels[1:].
     item_example: list[int] = []
     item_offset: list[int] = []
     item_len: list[int] = []
-    truncated_examples = truncated_tokens = dropped_examples = dropped_tokens = 0
-    split_examples = split_pieces = 0
-    empty = 0
+    truncated_examples = truncated_tokens = truncated_loss = 0
+    dropped_examples = dropped_tokens = dropped_loss = 0
+    split_examples = split_pieces = split_masked = 0
+    no_loss_examples = no_loss_pieces = no_loss_tokens = 0
+    empty = loss_in = 0
+
+    def live(labels: Sequence[int], a: int, b: int) -> int:  # loss tokens of the piece labels[a:b] alone
+        return sum(1 for t in labels[a + 1 : b] if t != IGNORE_INDEX)
+
     for i, n in enumerate(lengths.tolist()):
         if n == 0:
             empty += 1
-        elif n <= max_len:
+            continue
+        labels = fields[i][1]
+        whole = live(labels, 0, n)
+        loss_in += whole
+        if n <= max_len or overflow == "truncate":
+            keep = min(n, max_len)
+            kept = whole if keep == n else live(labels, 0, keep)
+            if keep < n:
+                truncated_examples += 1
+                truncated_tokens += n - keep
+                truncated_loss += whole - kept
+            if kept == 0:
+                no_loss_examples += 1
+                no_loss_tokens += keep
+                continue
             item_example.append(i)
             item_offset.append(0)
-            item_len.append(n)
-        elif overflow == "truncate":
-            truncated_examples += 1
-            truncated_tokens += n - max_len
-            item_example.append(i)
-            item_offset.append(0)
-            item_len.append(max_len)
+            item_len.append(keep)
         elif overflow == "drop":
             dropped_examples += 1
             dropped_tokens += n
+            dropped_loss += whole
         else:  # split
             split_examples += 1
+            placed = 0
             for off in range(0, n, max_len):
+                end = min(n, off + max_len)
                 split_pieces += 1
+                if off and labels[off] != IGNORE_INDEX:
+                    split_masked += 1  # in the whole example this label was trained on; the piece cannot keep it
+                if live(labels, off, end) == 0:
+                    no_loss_pieces += 1
+                    no_loss_tokens += end - off
+                    continue
+                placed += 1
                 item_example.append(i)
                 item_offset.append(off)
-                item_len.append(min(max_len, n - off))
+                item_len.append(end - off)
+            if not placed:
+                no_loss_examples += 1
 
     order, starts = pack_bfd(item_len, max_len)
     rows: list[PackedRow] = []
-    loss_in = loss_out = split_masked = 0
+    loss_out = 0
     flat = order.tolist()
     bounds = starts.tolist()
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         input_ids: list[int] = []
-        labels: list[int] = []
+        labels_row: list[int] = []
         position_ids: list[int] = []
         seq_lens: list[int] = []
         cu = [0]
@@ -459,23 +541,19 @@ def pack(
             e, off, n = item_example[item], item_offset[item], item_len[item]
             ids, labs = fields[e]
             piece_labels = list(labs[off : off + n])
-            loss_in += sum(1 for t in piece_labels[1:] if t != IGNORE_INDEX)
-            if off and piece_labels[0] != IGNORE_INDEX:
-                loss_in += 1  # in the whole example this label was trained on; the piece cannot keep it
-                split_masked += 1
             piece_labels[0] = IGNORE_INDEX
             input_ids.extend(ids[off : off + n])
-            labels.extend(piece_labels)
+            labels_row.extend(piece_labels)
             position_ids.extend(range(n))
             seq_lens.append(n)
             cu.append(cu[-1] + n)
             ex_ids.append(e)
             ex_offs.append(off)
-        loss_out += loss_tokens(labels)
+        loss_out += loss_tokens(labels_row)
         rows.append(
             PackedRow(
                 input_ids=input_ids,
-                labels=labels,
+                labels=labels_row,
                 position_ids=position_ids,
                 seq_lens=seq_lens,
                 cu_seqlens=cu,
@@ -489,15 +567,21 @@ def pack(
         overflow=str(overflow),
         examples=len(fields),
         empty_examples=empty,
-        packed_examples=len(fields) - empty - dropped_examples,
+        packed_examples=len(set(item_example)),
+        tokens_in=int(lengths.sum()),
         tokens=int(sum(item_len)),
         truncated_examples=truncated_examples,
         truncated_tokens=truncated_tokens,
+        truncated_loss_tokens=truncated_loss,
         dropped_examples=dropped_examples,
         dropped_tokens=dropped_tokens,
+        dropped_loss_tokens=dropped_loss,
         split_examples=split_examples,
         split_pieces=split_pieces,
         split_labels_masked=split_masked,
+        no_loss_examples=no_loss_examples,
+        no_loss_pieces=no_loss_pieces,
+        no_loss_tokens=no_loss_tokens,
         loss_tokens_in=loss_in,
         loss_tokens_out=loss_out,
     )
@@ -520,25 +604,56 @@ def block_mask_bytes(batch: int, seq_len: int, dtype_bytes: int = 4) -> int:
     return batch * 1 * seq_len * seq_len * dtype_bytes
 
 
-def write_rows(result: PackResult, path: str | Path) -> int:
-    """Write the packed rows to ``path`` (``.jsonl`` or ``.parquet``), one row per line / record, with every
-    field of :class:`PackedRow`. Returns the bytes written."""
+def check_out_path(path: str | Path) -> Path:
+    """Check before any work that packed rows can be written to ``path``: ``.jsonl`` or ``.parquet``, not a
+    directory, in an existing folder that accepts a new file (probed with a temporary file there, removed at
+    once: permission bits say nothing for root, and ``/proc`` or ``/sys`` refuse files whatever they say).
+    Returns the path; raises a MemfitError naming the fix."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".jsonl", ".parquet"):
         raise MemfitError(f"--out must end in .jsonl or .parquet, not {p.name!r}")
-    if not p.parent.exists():
-        raise MemfitError(f"the folder {p.parent} does not exist: create it or choose another --out")
-    if suffix == ".jsonl":
-        with p.open("w", encoding="utf-8") as f:
-            for row in result.rows:
-                f.write(json.dumps(row.to_dict(), separators=(",", ":")) + "\n")
-    else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    if p.is_dir():
+        raise MemfitError(f"--out {p} is a directory: name a file, e.g. {p / ('rows' + suffix)}")
+    if not p.parent.is_dir():
+        raise MemfitError(f"--out {p}: the folder {p.parent} does not exist; create it or choose another --out")
+    if p.exists() and not p.is_file():
+        raise MemfitError(f"--out {p} exists and is not a regular file: choose another --out")
+    import tempfile
 
-        names = list(PackedRow.__slots__)  # every field is a list of int32 (token ids < 2**31)
-        table = pa.table({name: pa.array([getattr(r, name) for r in result.rows], type=pa.list_(pa.int32()))
-                          for name in names})
-        pq.write_table(table, p)
-    return p.stat().st_size
+    try:
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".memfit-probe-"):
+            pass
+    except OSError as exc:
+        raise MemfitError(f"--out {p}: cannot write in {p.parent} ({exc.strerror or exc}); choose a folder you "
+                          "can write to") from exc
+    return p
+
+
+def write_rows(result: PackResult, path: str | Path) -> int:
+    """Write the packed rows to ``path`` (``.jsonl`` or ``.parquet``), one row per line / record, with every
+    field of :class:`PackedRow`. Returns the bytes written. A path that cannot be written is a MemfitError
+    (:func:`check_out_path`), and a write that fails part way leaves no partial file."""
+    p = check_out_path(path)
+    existed = p.exists()
+    try:
+        if p.suffix.lower() == ".jsonl":
+            with p.open("w", encoding="utf-8") as f:
+                for row in result.rows:
+                    f.write(json.dumps(row.to_dict(), separators=(",", ":")) + "\n")
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            names = list(PackedRow.__slots__)  # every field is a list of int32 (token ids < 2**31)
+            table = pa.table({name: pa.array([getattr(r, name) for r in result.rows], type=pa.list_(pa.int32()))
+                              for name in names})
+            try:
+                pq.write_table(table, p)
+            except pa.ArrowException as exc:  # pyarrow's own I/O errors (most are OSError subclasses too)
+                raise OSError(str(exc)) from exc
+        return p.stat().st_size
+    except OSError as exc:
+        if not existed:
+            p.unlink(missing_ok=True)
+        raise MemfitError(f"cannot write the rows to {p}: {exc}") from exc

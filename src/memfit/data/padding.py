@@ -168,6 +168,8 @@ def padding_report(lengths: Sequence[int] | np.ndarray, *, batch: int, seq_len: 
         raise MemfitError(f"--batch must be a positive integer, got {batch}")
     if seq_len < 1:
         raise MemfitError(f"--seq-len must be a positive integer, got {seq_len}")
+    if seed < 0:
+        raise MemfitError(f"--seed must be a non-negative integer, got {seed}")
     lens = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
     if lens.size and int(lens.min()) < 1:
         raise MemfitError("an example has no tokens; drop empty examples before measuring padding")

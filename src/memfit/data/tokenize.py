@@ -5,7 +5,9 @@ Three layouts, each encoded in batches through the fast (Rust) tokenizer:
 ``text``
     ``tokenizer(text)`` with the tokenizer's own special tokens (BOS for Llama 2), then EOS appended
     when the tokenizer has one and the text does not already end with it (TRL's ``SFTTrainer`` does the
-    same, so the model learns to stop). Every token carries the loss: ``labels == input_ids``.
+    same, so the model learns to stop). Which token is EOS, if any, is the rule of
+    :func:`memfit.data.tokenizer.special_tokens` (``--eos``/``--no-eos``, ``tokenizer_config.json``, the
+    post-processor, the SentencePiece model). Every token carries the loss: ``labels == input_ids``.
 
 ``prompt`` + ``completion``
     The prompt and the completion are tokenised separately and concatenated:
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memfit.data.load import FieldSpec, infer_fields, normalise_messages
+from memfit.data.tokenizer import special_tokens
 from memfit.errors import MemfitError
 
 if TYPE_CHECKING:
@@ -94,7 +97,7 @@ def tokenize_records(
         for r in records[:1000]:
             seen.update(dict.fromkeys(map(str, r)))
         spec = infer_fields(list(seen))
-    eos = tokenizer.eos_token_id if add_eos else None
+    eos = special_tokens(tokenizer).eos_id if add_eos else None
     with _Progress(len(records), enabled=progress) as bar:
         if spec.mode == "text":
             ids = _encode([r[spec.text] for r in records], tokenizer, special=True, bar=bar)

@@ -19,7 +19,12 @@ It passes when
    loss tokens after packing is named as what it is: the completion-only-loss bug (prompt labels lost their
    -100, so completion-only loss quietly became full-sequence loss).
 
-``attention="naive"`` is the classic mistake kept for demonstration: the examples concatenated with their
+The ``mask`` says how the rows keep their examples apart: ``"position-ids"`` (positions restart, no mask),
+``"block"`` (a 4D additive block mask) or ``"naive"`` (the CLI's ``--mask``; the collator calls the first two
+``position_ids`` and ``block_mask``, also accepted here). The kernel is the model's ``attn_implementation``
+(``--attention`` on the command line, as in every other command).
+
+``mask="naive"`` is the classic mistake kept for demonstration: the examples concatenated with their
 labels as they are, ``position_ids`` running on across examples, and a 2D all-ones ``attention_mask``. It
 fails check 1 (examples see each other) and check 3 (first labels learnt from the previous example).
 """
@@ -36,8 +41,10 @@ from memfit.data.collator import PackedCollator
 from memfit.data.pack import IGNORE_INDEX, PackedRow, PackResult, Tokenized, example_fields, loss_tokens, pack
 from memfit.errors import MemfitError
 
-VerifyAttention = Literal["position_ids", "block_mask", "naive"]
-VERIFY_ATTENTION: tuple[str, ...] = ("position_ids", "block_mask", "naive")
+VerifyMask = Literal["position-ids", "block", "naive"]
+VERIFY_MASKS: tuple[str, ...] = ("position-ids", "block", "naive")
+_COLLATOR_FORM = {"position-ids": "position_ids", "block": "block_mask", "naive": "naive"}
+_MASK_ALIASES = {"position_ids": "position-ids", "block_mask": "block", "block-mask": "block"}
 LOGITS_ATOL = 1e-4  # fp32; observed on correct packings: ~1e-6
 LOGITS_RTOL = 1e-4
 LOSS_ATOL = 1e-4  # nats, on a mean loss of ~ln(vocab) ~ 10 for random weights
@@ -46,8 +53,9 @@ __all__ = [
     "LOGITS_ATOL",
     "LOGITS_RTOL",
     "LOSS_ATOL",
-    "VERIFY_ATTENTION",
+    "VERIFY_MASKS",
     "VerifyResult",
+    "mask_form",
     "tiny_llama",
     "verify_packing",
 ]
@@ -58,7 +66,7 @@ class VerifyResult:
     """What :func:`verify_packing` measured. ``passed`` is true only when ``failures`` is empty."""
 
     passed: bool
-    attention: str
+    mask: str
     attn_implementation: str
     rows: int
     examples: int
@@ -82,7 +90,7 @@ class VerifyResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "pass": self.passed,
-            "attention": self.attention,
+            "mask": self.mask,
             "attn_implementation": self.attn_implementation,
             "rows": self.rows,
             "examples": self.examples,
@@ -151,19 +159,29 @@ def _naive_rows(packed: PackResult, examples: Sequence[Any]) -> list[PackedRow]:
     return rows
 
 
-def _batch(rows: Sequence[PackedRow], attention: str, pad_token_id: int, dtype: torch.dtype) -> dict[str, Any]:
-    if attention != "naive":
-        collator = PackedCollator(pad_token_id=pad_token_id, attention=attention, mask_dtype=dtype)  # type: ignore[arg-type]
+def mask_form(name: str) -> str:
+    """The mask form ``name`` names (``position-ids``, ``block`` or ``naive``; the collator's ``position_ids``
+    and ``block_mask`` are accepted too), or a MemfitError listing the choices."""
+    form = _MASK_ALIASES.get(name, name)
+    if form not in VERIFY_MASKS:
+        raise MemfitError(f"unknown --mask {name!r}: choose one of {' | '.join(VERIFY_MASKS)}")
+    return form
+
+
+def _batch(rows: Sequence[PackedRow], mask: str, pad_token_id: int, dtype: torch.dtype) -> dict[str, Any]:
+    if mask != "naive":
+        collator = PackedCollator(pad_token_id=pad_token_id, attention=_COLLATOR_FORM[mask],  # type: ignore[arg-type]
+                                  mask_dtype=dtype)
         return collator(rows)
     t = max(r.n_tokens for r in rows)
     input_ids = torch.full((len(rows), t), pad_token_id, dtype=torch.long)
     labels = torch.full((len(rows), t), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(rows), t), dtype=torch.long)
+    ones = torch.zeros((len(rows), t), dtype=torch.long)
     for i, r in enumerate(rows):
         input_ids[i, : r.n_tokens] = torch.tensor(r.input_ids)
         labels[i, : r.n_tokens] = torch.tensor(r.labels)
-        mask[i, : r.n_tokens] = 1  # all ones over the real tokens: every example sees the ones before it
-    return {"input_ids": input_ids, "labels": labels, "attention_mask": mask, "use_cache": False}
+        ones[i, : r.n_tokens] = 1  # all ones over the real tokens: every example sees the ones before it
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": ones, "use_cache": False}
 
 
 def _ce_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, int]:
@@ -182,7 +200,7 @@ def verify_packing(
     max_len: int,
     *,
     overflow: str = "error",
-    attention: VerifyAttention | str = "position_ids",
+    mask: VerifyMask | str = "position-ids",
     packed: PackResult | None = None,
     limit: int | None = None,
     batch_size: int = 1,
@@ -198,8 +216,7 @@ def verify_packing(
     called after each forward pass (the rows, then each example alone). See the module docstring for the
     checks and tolerances.
     """
-    if attention not in VERIFY_ATTENTION:
-        raise MemfitError(f"unknown attention form {attention!r}: choose one of {', '.join(VERIFY_ATTENTION)}")
+    mask = mask_form(mask)
     if limit is not None:
         if limit < 1:
             raise MemfitError(f"--limit must be at least 1, not {limit}")
@@ -209,7 +226,7 @@ def verify_packing(
         packed = pack(examples, max_len, overflow=overflow)
     if not packed.rows:
         raise MemfitError("nothing to verify: no example has any tokens")
-    rows = _naive_rows(packed, examples) if attention == "naive" else list(packed.rows)
+    rows = _naive_rows(packed, examples) if mask == "naive" else list(packed.rows)
     param = next(model.parameters())
     dtype = param.dtype
     device = param.device
@@ -247,7 +264,7 @@ def verify_packing(
             row_logits: dict[int, torch.Tensor] = {}
             for b0 in range(0, len(rows), batch_size):
                 chunk = rows[b0 : b0 + batch_size]
-                batch = _batch(chunk, attention, pad_token_id, dtype)
+                batch = _batch(chunk, mask, pad_token_id, dtype)
                 batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
                 labels = batch.pop("labels")
                 logits = model(**batch).logits.float()
@@ -314,7 +331,7 @@ def verify_packing(
         )
     return VerifyResult(
         passed=not failures,
-        attention=str(attention),
+        mask=mask,
         attn_implementation=attn_impl,
         rows=len(rows),
         examples=len(segments),
