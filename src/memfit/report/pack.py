@@ -9,9 +9,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from memfit.data.pack import PackResult, block_mask_bytes
+from memfit.data.pack import PackResult
 from memfit.data.tokenizer import SpecialTokens
-from memfit.data.verify import VerifyResult
+from memfit.data.torch.verify import VerifyResult
+from memfit.estimate.attention_mask import block_mask_bytes
 from memfit.report.lengths import special_tokens_line
 from memfit.units import human_bytes
 
