@@ -1,10 +1,8 @@
-"""Packing: the row-filling rule against a slow oracle of the same rule, efficiency against the lower bound,
-and the property that nothing is lost."""
+"""pack(): the row layout and labels by hand, overflow and the in/out accounting worked by hand, bad input, and
+the property that every token and label of every example appears exactly once."""
 
 from __future__ import annotations
 
-import math
-import time
 from collections import Counter
 
 import numpy as np
@@ -12,131 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfit.data.pack import IGNORE_INDEX, block_mask_bytes, pack, pack_bfd, pack_lengths
+from memfit.data.pack import pack
 from memfit.errors import MemfitError
-
-
-def textbook_bfd(lengths: list[int], max_len: int) -> list[list[int]]:
-    """Best-fit decreasing, one item at a time, by linear search over the open bins (O(n^2))."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    room: list[int] = []
-    bins: list[list[int]] = []
-    for i in order:
-        best = -1
-        for j, r in enumerate(room):
-            if r >= lengths[i] and (best < 0 or r < room[best]):
-                best = j
-        if best < 0:
-            room.append(max_len - lengths[i])
-            bins.append([i])
-        else:
-            room[best] -= lengths[i]
-            bins[best].append(i)
-    return bins
-
-
-def slow_fill(lengths: list[int], max_len: int) -> list[list[int]]:
-    """The documented rule, one item at a time by linear scans, no histogram, no repeated rows: fill one row at a
-    time; with room r and m, M the shortest and longest lengths left, take an item of length r if any, else the
-    longest s <= r - m whose leftover r - s equals a sum of j lengths in [m, M] for some j (j*m <= r-s <= j*M),
-    else the longest s <= r; close the row when nothing fits. Items of one length go in input order."""
-    left: dict[int, list[int]] = {}
-    for i, s in enumerate(lengths):
-        left.setdefault(s, []).append(i)
-    rows: list[list[int]] = []
-    while left:
-        room, row = max_len, []
-        while left and room:
-            m, big = min(left), max(left)
-
-            def fillable(x: int, m: int = m, big: int = big) -> bool:
-                return any(j * m <= x <= j * big for j in range(1, x // m + 1))
-
-            if room in left:
-                s = room
-            else:
-                ahead = [s for s in left if s <= room - m and fillable(room - s)]
-                fits = [s for s in left if s <= room]
-                if not ahead and not fits:
-                    break
-                s = max(ahead) if ahead else max(fits)
-            row.append(left[s].pop(0))
-            if not left[s]:
-                del left[s]
-            room -= s
-        rows.append(row)
-    return rows
-
-
-def test_worked_examples_from_the_docstring() -> None:
-    # max_len 10, lengths 4,4,3,3,3,3 (sum 20, bound 2 rows): row A takes 4 (leftover 6 = 3 + 3 is fillable),
-    # 3, 3; row B the same. Best-fit decreasing needs 3 rows here (4 + 4 leaves a gap of 2, no item that short).
-    assert pack_lengths([4, 4, 3, 3, 3, 3], 10) == [[0, 2, 3], [1, 4, 5]]
-    assert len(textbook_bfd([4, 4, 3, 3, 3, 3], 10)) == 3
-    # max_len 8, lengths 5,3,4,2,2: row A takes 5 then 3 (exact fit); row B takes 4, 2, 2.
-    assert pack_lengths([5, 3, 4, 2, 2], 8) == [[0, 1], [2, 3, 4]]
-
-
-def _check_bins(bins: list[list[int]], lengths: list[int], max_len: int) -> None:
-    assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
-    assert all(b and sum(lengths[i] for i in b) <= max_len for b in bins)
-
-
-@pytest.mark.parametrize("seed", range(18))
-def test_pack_matches_the_slow_oracle(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    max_len = int(rng.integers(2, 80))
-    if seed % 3 == 1:  # a few distinct lengths, many copies: exercises the repeated-row shortcut
-        values = rng.integers(1, max_len + 1, size=int(rng.integers(1, 6)))
-        lengths = rng.choice(values, size=int(rng.integers(1, 2000))).tolist()
-    elif seed % 3 == 2:  # no short items (like GSM8K): leftovers often unfillable, exercises the look-ahead
-        max_len = int(rng.integers(40, 200))
-        lengths = rng.integers(max_len // 7, max_len // 3 + 1, size=int(rng.integers(1, 1500))).tolist()
-    else:
-        lengths = rng.integers(1, max_len + 1, size=int(rng.integers(1, 300))).tolist()
-    ours = pack_lengths(lengths, max_len)
-    assert ours == slow_fill(lengths, max_len)
-    _check_bins(ours, lengths, max_len)
-
-
-def _bound_ratio(lengths: np.ndarray, max_len: int) -> tuple[float, float]:
-    t0 = time.perf_counter()
-    order, starts = pack_bfd(lengths, max_len)
-    elapsed = time.perf_counter() - t0
-    rows = len(starts) - 1
-    fills = np.add.reduceat(lengths[order], starts[:-1])
-    assert fills.max() <= max_len and fills.min() >= 1
-    assert np.array_equal(np.sort(order), np.arange(lengths.size))
-    return math.ceil(int(lengths.sum()) / max_len) / rows, elapsed
-
-
-@pytest.mark.parametrize("max_len", [2048, 4096])
-def test_reaches_the_lower_bound_on_chat_like_lengths(max_len: int) -> None:
-    # 100k lognormal lengths (median 350 tokens, like chat data): rows within 0.1% of ceil(tokens / max_len).
-    rng = np.random.default_rng(7)
-    lengths = np.clip(np.round(rng.lognormal(math.log(350), 0.9, 100_000)), 1, max_len).astype(np.int64)
-    ratio, elapsed = _bound_ratio(lengths, max_len)
-    assert ratio >= 0.999, ratio
-    assert elapsed < 5.0  # ~0.02 s unloaded; loose for a shared 2-core box
-
-
-@pytest.mark.parametrize("max_len", [2048, 4096])
-def test_reaches_the_lower_bound_on_gsm8k_like_lengths(max_len: int) -> None:
-    # 100k uniform lengths 60..400 (GSM8K's llama2 lengths are ~60-570, none short): nothing short is left to
-    # close a row's last gap. Best-fit decreasing stays at 99.64% (2048) / 99.82% (4096) of the bound here.
-    lengths = np.random.default_rng(0).integers(60, 401, size=100_000)
-    ratio, elapsed = _bound_ratio(lengths, max_len)
-    assert ratio >= 0.999, ratio
-    assert elapsed < 5.0
-
-
-def test_bfd_rejects_out_of_range_items() -> None:
-    with pytest.raises(MemfitError, match="item 1 has length 9"):
-        pack_bfd([3, 9], 8)
-    with pytest.raises(MemfitError, match="item 0 has length 0"):
-        pack_bfd([0, 3], 8)
-    order, starts = pack_bfd([], 8)
-    assert order.size == 0 and starts.tolist() == [0]
+from memfit.estimate.constants import IGNORE_INDEX
 
 
 def _examples(lengths: list[int], seed: int = 0, prompt_share: float = 0.5) -> list[dict[str, list[int]]]:
@@ -211,7 +87,7 @@ def test_overflow_counts() -> None:
 
 
 def test_accounting_worked_by_hand_prompt_longer_than_seq_len() -> None:
-    """Issue 21 item 9, the pack docstring's example. max_len 4, --overflow truncate.
+    """The pack docstring's example. max_len 4, --overflow truncate.
 
     A: 6 tokens, labels [-, -, -, -, 5, 6] (a 4-token prompt): 2 loss tokens (labels[1:]).
     B: 3 tokens, labels [-, 2, 3]: 2 loss tokens.
@@ -249,11 +125,6 @@ def test_bad_input_messages() -> None:
         pack(_examples([3]), 8, overflow="wrap")
     res = pack([{"input_ids": [], "labels": []}, *_examples([2])], 8)
     assert res.empty_examples == 1 and res.packed_examples == 1
-
-
-def test_block_mask_bytes_by_hand() -> None:
-    assert block_mask_bytes(4, 4096, 4) == 4 * 4096 * 4096 * 4 == 256 * 1024**2
-    assert block_mask_bytes(1, 2048, 2) == 8 * 1024**2
 
 
 example_st = st.lists(
@@ -329,27 +200,3 @@ def test_every_token_and_label_appears_exactly_once() -> None:
     assert seen["multi"] >= 100, seen
     assert seen["examples"] >= 500, seen
     assert seen["no_loss"] >= 20, seen  # examples or pieces left out for having no loss token really occurred
-
-
-def test_rows_longer_than_65535_tokens() -> None:
-    # max_len >= 2**16 sorts with int64 keys instead of uint16: same answer as the oracle.
-    rng = np.random.default_rng(11)
-    lengths = rng.integers(1, 70_000, size=120).tolist()
-    ours = pack_lengths(lengths, 70_000)
-    assert ours == slow_fill(lengths, 70_000)
-    _check_bins(ours, lengths, 70_000)
-
-
-def test_write_rows_round_trip_and_errors(tmp_path) -> None:
-    import json
-
-    from memfit.data.pack import write_rows
-
-    res = pack(_examples([3, 5, 2]), 8)
-    write_rows(res, tmp_path / "rows.jsonl")
-    back = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
-    assert back == [r.to_dict() for r in res.rows]
-    with pytest.raises(MemfitError, match=r"\.jsonl or \.parquet"):
-        write_rows(res, tmp_path / "rows.csv")
-    with pytest.raises(MemfitError, match="does not exist"):
-        write_rows(res, tmp_path / "missing" / "rows.jsonl")

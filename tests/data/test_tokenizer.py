@@ -46,11 +46,18 @@ def test_gpt_neox_tokenizer_json_matches_raw_tokenizers() -> None:
     assert len(tok) == raw.get_vocab_size(with_added_tokens=True)
 
 
-def test_qwen3_directory_has_its_chat_template() -> None:
+def test_qwen3_directory_has_its_chat_template_and_adds_no_bos() -> None:
+    """Qwen3 puts no BOS before a text: the ids with special tokens are the raw tokenizers library's encoding
+    of the text alone, and the first token is the sentence's first word."""
+    from tokenizers import Tokenizer
+
     tok = load_tokenizer(TOK / "qwen3")
     assert len(tok) == 151669  # README
     assert tok.chat_template and "<|im_start|>" in tok.chat_template
-    assert tok(SENTENCE).input_ids[0] != tok.bos_token_id or tok.bos_token_id is None  # Qwen adds no BOS
+    ids = tok(SENTENCE).input_ids
+    raw = Tokenizer.from_file(str(TOK / "qwen3" / "tokenizer.json"))
+    assert ids == raw.encode(SENTENCE, add_special_tokens=False).ids
+    assert tok.convert_ids_to_tokens(ids[0]) == "The" and tok.bos_token_id is None
 
 
 def test_bad_tokenizer_paths(tmp_path: Path) -> None:
@@ -69,7 +76,7 @@ def test_bad_tokenizer_paths(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Special tokens: one rule for a directory and the tokenizer.json in it (issue 21 item 10)
+# Special tokens: one rule for a directory and the tokenizer.json in it
 
 GSM8K_TRAIN = SHARED / "data" / "gsm8k" / "train.jsonl"
 
@@ -81,9 +88,10 @@ def _first_gsm8k(n: int) -> list[dict[str, str]]:
 
 
 def test_qwen3_bare_tokenizer_json_counts_like_its_directory() -> None:
-    """The issue's figures: Qwen3's first 50 GSM8K train examples came to 9,450 tokens from the directory and
-    9,400 from its tokenizer.json (no <|im_end|> appended). The oracle is transformers' own AutoTokenizer on the
-    directory, used directly: question with special tokens + answer without + its eos_token, one at a time."""
+    """Qwen3's first 50 GSM8K train examples come to 9,450 tokens from the directory, and the same from its
+    tokenizer.json (read without the settings beside it, no <|im_end|> would be appended: 9,400). The oracle is
+    transformers' own AutoTokenizer on the directory, used directly: question with special tokens + answer
+    without + its eos_token, one at a time."""
     from transformers import AutoTokenizer
 
     from memfit.data.lengths import analyse_lengths

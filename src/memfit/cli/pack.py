@@ -26,7 +26,7 @@ OverflowOpt = Annotated[str, typer.Option("--overflow", help="an example longer 
 
 def _tokenized(data: str, tokenizer: str, fields: dict[str, str | None], eos: str | bool | None,
                limit: int | None = None) -> tuple[Any, list[Any], Any]:
-    from memfit.data.load import load_records
+    from memfit.data.formats import load_records
     from memfit.data.tokenize import tokenize_records
     from memfit.data.tokenizer import load_tokenizer
 
@@ -56,7 +56,8 @@ def pack_command(
 ) -> None:
     """Pack DATA into rows of --seq-len tokens by largest fit with exact fit: position ids restart per example, prompt
     labels keep -100, each example's first label is -100. Prints rows, efficiency and the lower bound."""
-    from memfit.data.pack import OVERFLOW_CHOICES, check_out_path, pack, write_rows
+    from memfit.data.io import check_out_path, write_rows
+    from memfit.data.pack import OVERFLOW_CHOICES, pack
     from memfit.data.tokenizer import special_tokens
     from memfit.errors import MemfitError
     from memfit.report import console, print_json
@@ -114,7 +115,7 @@ def verify_pack_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from memfit.data.tokenizer import special_tokens
-    from memfit.data.verify import mask_form, tiny_llama, verify_packing
+    from memfit.data.torch.verify import mask_form, tiny_llama, verify_packing
     from memfit.errors import MemfitError
     from memfit.report import console, err_console, print_json
     from memfit.report.pack import verify_json, verify_renderable

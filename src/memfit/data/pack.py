@@ -5,58 +5,47 @@ to go silently wrong, and this module guards both:
 
 1. **Attention across boundaries.** Every row carries ``position_ids`` that restart at 0 for each example,
    ``seq_lens`` and ``cu_seqlens`` (flash-attention varlen form, ``[0, l1, l1+l2, ...]``, int32 semantics),
-   so the model can keep examples apart (see :mod:`memfit.data.collator` for how transformers 5 uses them).
+   so the model can keep examples apart (see :mod:`memfit.data.torch.collator` for how transformers 5 uses them).
 2. **Labels.** Prompt labels keep their -100 (they are copied, never rebuilt from ``input_ids``), and the
    first label of every example in a row is set to -100, so no example is trained to predict its first
    token from the end of the previous example. Alone, that label is never used either (the causal-LM loss
    shifts labels by one), so the packed loss equals the examples' loss.
 
-Rows are formed by row-by-row largest fit with exact fit and a look-ahead (:func:`pack_bfd`, a name kept
-from when it was best-fit decreasing): one row at a time, an example that fills the room exactly if there is
-one, else the longest example whose leftover room the remaining lengths could still fill, in O(n log n) with
-numpy (see :func:`pack_bfd`; >= 99.9% of the lower bound ceil(tokens / max_len) on chat-like and GSM8K-like
-lengths, where best-fit decreasing reached 99.3-99.7% on GSM8K-like ones).
+Which examples share a row is :func:`memfit.data.binpack.fill_rows` on their lengths (largest fit with
+exact fit and a look-ahead). Building the rows costs one pass over the tokens.
 
-Worked example, ``max_len = 8``, lengths ``[5, 3, 4, 2, 2]``: row A has room 8, no example of length 8; the
-shortest length is 2, so the longest length <= 8 - 2 whose leftover can be filled: 5 (index 0; leftover 3,
-one example of 3); room 3: the 3 fits exactly (index 1). Row B: room 8, longest <= 6 is 4 (index 2, leftover 4
-= 2 + 2); room 4: no 4 left, longest <= 2 is 2 (index 3); room 2: exact fit (index 4). Two rows,
-``[[0, 1], [2, 3, 4]]``, 16 real tokens in 2 x 8 slots: efficiency 100%, equal to the lower bound
-ceil(16 / 8) = 2 rows.
+Worked example, ``max_len = 8``: A = ``[11, 12, 13]`` with labels ``[-100, -100, 13]`` (a 2-token prompt),
+B = ``[21, 22]`` with labels ``[21, 22]``, C = ``[31, 32, 33, 34, 35]`` with labels ``[-100, 32, 33, 34, 35]``.
+The lengths 3, 2, 5 fill two rows: C + A (8 tokens) and B. Row 1: ``input_ids [31, 32, 33, 34, 35, 11, 12,
+13]``, ``labels [-100, 32, 33, 34, 35, -100, -100, 13]`` (A's first label is -100 anyway, its prompt),
+``position_ids [0, 1, 2, 3, 4, 0, 1, 2]``, ``cu_seqlens [0, 5, 8]``. Row 2: ``labels [-100, 22]``: B's 21
+would otherwise be learnt from the end of another example in a row. Loss tokens, in and out: 1 + 1 + 4 = 6.
 """
 
 from __future__ import annotations
 
-import gc
-import json
 import math
-from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from memfit.data.binpack import fill_rows
 from memfit.errors import MemfitError
+from memfit.estimate.constants import IGNORE_INDEX
 
-IGNORE_INDEX = -100  # the label value torch's cross_entropy (and transformers' loss) skips
 Overflow = Literal["error", "truncate", "drop", "split"]
 OVERFLOW_CHOICES: tuple[str, ...] = ("error", "truncate", "drop", "split")
 
 __all__ = [
-    "IGNORE_INDEX",
     "OVERFLOW_CHOICES",
     "PackResult",
     "PackedRow",
-    "block_mask_bytes",
-    "check_out_path",
+    "Tokenized",
     "example_fields",
     "loss_tokens",
     "pack",
-    "pack_bfd",
-    "pack_lengths",
-    "write_rows",
 ]
 
 
@@ -65,173 +54,6 @@ class Tokenized(Protocol):
 
     input_ids: Sequence[int]
     labels: Sequence[int]
-
-
-# --------------------------------------------------------------------------------------------------------
-# Best-fit decreasing on lengths
-
-
-def pack_bfd(lengths: Sequence[int] | np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Group item indices into rows of total length <= ``max_len`` by row-by-row largest fit with exact fit and
-    a look-ahead (the name ``pack_bfd`` is kept for callers; this is no longer textbook best-fit decreasing).
-
-    Returns ``(order, row_starts)`` in CSR form: the items of row ``r`` are
-    ``order[row_starts[r]:row_starts[r + 1]]``, in the order they were placed (mostly longest first). Rows are
-    numbered in the order they were filled.
-
-    The rule. Rows are filled one at a time, each until nothing more fits. With room ``r`` left in the row and
-    ``m``, ``M`` the shortest and longest lengths still unplaced:
-
-    1. **exact fit**: if an item of length ``r`` is left, take it (the row is full);
-    2. **look-ahead**: otherwise take the longest item ``s <= r - m`` whose leftover ``x = r - s`` could still be
-       filled by some ``j`` of the remaining lengths if they were dense: ``j*m <= x <= j*M`` for some ``j >= 1``
-       (equivalently ``ceil(x / M) * m <= x``);
-    3. otherwise the longest item ``s <= r`` (the row keeps a gap shorter than ``m``); if none fits, the row is
-       closed.
-
-    Items of one length are used in input order. Why not best-fit decreasing: BFD places items longest first
-    into whichever row fits best, and on lengths with no short items (GSM8K: none under ~60 tokens) it ends many
-    rows with a gap shorter than any item left, 0.3-0.7% above the lower bound ``ceil(sum / max_len)``. Filling
-    one row at a time with rule 2 steers every gap to a size that the remaining lengths can close exactly;
-    ``bench/bench_pack.py`` measures >= 99.9% of the bound on chat-like and GSM8K-like lengths. Worked example,
-    ``max_len = 10``, lengths ``[4, 4, 3, 3, 3, 3]`` (sum 20, bound 2 rows). BFD: 4, 4 share row A (gap 2), the
-    3s fill row B to 9 and open row C: 3 rows. Here: row A, room 10, no 10; ``m, M = 3, 4``; the longest
-    ``s <= 7`` is 4, leftover 6 = 2 x 3 is fillable: take 4 (item 0); room 6: no 6, longest ``s <= 3`` is 3,
-    leftover 3 fillable: take item 2; room 3: exact fit, item 3. Row B the same with items 1, 4, 5: 2 rows.
-
-    How it is fast: lengths are integers in ``[1, max_len]``, so the unplaced items are a histogram (count per
-    length) with a sorted list of the lengths still present; "longest length <= x" is one bisection (O(log
-    max_len)). A row is worked out item by item, as ``(length, copies)`` steps; then, while every length it used
-    still has more than one row's worth of copies left, the next row would see the same lengths present and
-    make the same choices, so the row is repeated ``min((count_left - 1) // copies)`` more times at once. The
-    Python work is per distinct row, not per item (a few thousand rows for 1,000,000 GSM8K-like lengths), and
-    the indices are laid out with a handful of numpy passes. Cost: a stable sort (radix for
-    ``max_len < 65536``) plus O(distinct rows x items per row x log max_len).
-
-    >>> order, starts = pack_bfd([4, 4, 3, 3, 3, 3], 10)
-    >>> [order[starts[r]:starts[r + 1]].tolist() for r in range(len(starts) - 1)]
-    [[0, 2, 3], [1, 4, 5]]
-    >>> order, starts = pack_bfd([5, 3, 4, 2, 2], 8)
-    >>> [order[starts[r]:starts[r + 1]].tolist() for r in range(len(starts) - 1)]
-    [[0, 1], [2, 3, 4]]
-    """
-    if max_len < 1:
-        raise MemfitError(f"the row length must be at least 1 token, not {max_len}: raise --seq-len")
-    lens = np.asarray(lengths, dtype=np.int64).reshape(-1)
-    n = int(lens.size)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    lo, hi = int(lens.min()), int(lens.max())
-    if lo < 1 or hi > max_len:
-        bad = int(np.argmax(lens > max_len)) if hi > max_len else int(np.argmin(lens))
-        raise MemfitError(
-            f"item {bad} has length {int(lens[bad]):,}, outside 1..{max_len:,}: handle empty and over-long "
-            "examples before packing (memfit pack does, see --overflow)"
-        )
-    # Longest first; stable so equal lengths keep input order. uint16 keys get numpy's radix sort.
-    key_dtype = np.uint16 if max_len < 2**16 else np.int64
-    order = np.argsort((max_len - lens).astype(key_dtype), kind="stable")
-    hist = np.bincount(lens, minlength=max_len + 1)
-    # Items of length s are order[first[s] : first[s] + hist[s]] (longer lengths come first in `order`).
-    first = (np.cumsum(hist[::-1])[::-1] - hist).tolist()
-    count = hist.tolist()
-    present = np.flatnonzero(hist).tolist()  # sorted lengths with count > 0
-
-    step_k: list[int] = []  # per step: copies per row, index of its first item in `order`, stride, block
-    step_at: list[int] = []
-    step_stride: list[int] = []
-    step_block: list[int] = []
-    block_rows: list[int] = []  # per block of identical rows: how many rows, items per row
-    block_items: list[int] = []
-    while present:
-        r = max_len
-        steps: list[list[int]] = []  # [length, copies] in placement order (a length may come back later)
-        per_row: dict[int, int] = {}  # length -> copies in this row
-        while present:
-            if count[r]:
-                s = r
-            else:
-                m, big = present[0], present[-1]
-                i = bisect_right(present, r - m) - 1
-                while i >= 0:  # look-ahead: leftover x fillable by j lengths in [m, big]: j*m <= x <= j*big
-                    x = r - present[i]
-                    j = -(-x // big)
-                    if j * m <= x:
-                        break
-                    i = bisect_right(present, r - j * m) - 1  # every leftover in (x, j*m) is as unfillable
-                if i < 0:
-                    i = bisect_right(present, r) - 1
-                    if i < 0:
-                        break
-                s = present[i]
-            if steps and steps[-1][0] == s:
-                steps[-1][1] += 1
-            else:
-                steps.append([s, 1])
-            per_row[s] = per_row.get(s, 0) + 1
-            count[s] -= 1
-            if not count[s]:
-                del present[bisect_left(present, s)]
-            r -= s
-            if not r:
-                break
-        # The same row again while every length used keeps more than one row's worth: same choices, no depletion.
-        again = max(0, min((count[s] - 1) // k for s, k in per_row.items()))
-        block = len(block_rows)
-        for s, k in steps:  # row j of the block takes its copies of s from first[s] + j * per_row[s] on
-            step_k.append(k)
-            step_at.append(first[s])
-            step_stride.append(per_row[s])
-            step_block.append(block)
-            first[s] += k
-        for s, k in per_row.items():
-            count[s] -= again * k
-            first[s] += again * k
-        block_rows.append(again + 1)
-        block_items.append(sum(per_row.values()))
-
-    # Lay the indices out: step i of block b puts k_i items in each of the block's rows, at column col_i; in row
-    # j they are order[at_i + j * stride_i + c], c < k_i (stride_i: copies of that length per row).
-    rows_b = np.asarray(block_rows, dtype=np.int64)
-    width_b = np.asarray(block_items, dtype=np.int64)
-    out_at_b = np.concatenate(([0], np.cumsum(rows_b * width_b)[:-1]))
-    sb = np.asarray(step_block, dtype=np.int64)
-    k = np.asarray(step_k, dtype=np.int64)
-    col = np.cumsum(k) - k  # column of each step inside its row: k's running sum, restarted per block
-    block_first_step = np.flatnonzero(np.diff(sb, prepend=-1))
-    col -= np.repeat(col[block_first_step], np.diff(np.append(block_first_step, sb.size)))
-    size = rows_b[sb] * k  # items each step covers
-    q = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)  # index inside the step
-    kk = np.repeat(k, size)
-    pos = np.repeat(out_at_b[sb] + col, size) + (q // kk) * np.repeat(width_b[sb], size) + q % kk
-    out = np.empty(n, dtype=np.int64)
-    stride = np.repeat(np.asarray(step_stride, dtype=np.int64), size)
-    out[pos] = order[np.repeat(np.asarray(step_at, dtype=np.int64), size) + (q // kk) * stride + q % kk]
-    row_starts = np.zeros(int(rows_b.sum()) + 1, dtype=np.int64)
-    np.cumsum(np.repeat(width_b, rows_b), out=row_starts[1:])
-    return out, row_starts
-
-
-def pack_lengths(lengths: Sequence[int] | np.ndarray, max_len: int) -> list[list[int]]:
-    """:func:`pack_bfd` as lists: rows of item indices, each row's lengths summing to at most ``max_len``.
-
-    >>> pack_lengths([5, 3, 4, 2, 2], 8)
-    [[0, 1], [2, 3, 4]]
-    """
-    order, starts = pack_bfd(lengths, max_len)
-    was_enabled = gc.isenabled()
-    gc.disable()  # hundreds of thousands of small lists: the cyclic GC would rescan them all, twice as slow
-    try:
-        flat = order.tolist()
-        bounds = starts.tolist()
-        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-# --------------------------------------------------------------------------------------------------------
-# Packed rows
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -424,17 +246,29 @@ def pack(
     overflow: Overflow | str = "error",
     lines: Sequence[int] | None = None,
 ) -> PackResult:
-    """Pack tokenized examples into rows of at most ``max_len`` tokens (row-filling rule of :func:`pack_bfd`).
+    """Pack tokenized examples into rows of at most ``max_len`` tokens (rows filled by
+    :func:`memfit.data.binpack.fill_rows`; layout and labels as the module docstring says).
 
-    ``overflow`` says what happens to an example longer than ``max_len``: ``"error"`` (default) raises a
-    :class:`MemfitError` naming the example, its length and the flags; ``"truncate"`` keeps its first
-    ``max_len`` tokens; ``"drop"`` leaves it out; ``"split"`` cuts it into pieces of ``max_len`` tokens (the
-    last shorter), each packed as its own sequence (positions restart, so a piece does not see the previous
-    piece, and its first label becomes -100: counted in ``split_labels_masked``). An example or piece left
-    with no loss token (``labels[1:]`` all -100) is left out and counted in ``no_loss_*``. Empty examples (0
-    tokens) have nothing to pack and are counted in ``empty_examples``. Every example, token and loss token
-    in and out is in the result (:meth:`PackResult.accounting`). ``lines`` (the line or record number of each
-    example in its file) makes error messages name it.
+    An example or piece left with no loss token (``labels[1:]`` all -100) is left out and counted in
+    ``no_loss_*``; an empty example (0 tokens) has nothing to pack and is counted in ``empty_examples``. Every
+    example, token and loss token in and out is in the result (:meth:`PackResult.accounting`).
+
+    Args:
+        examples: tokenized examples (objects or dicts with ``input_ids`` and ``labels`` of equal length).
+        max_len: the row length in tokens, at least 2.
+        overflow: what happens to an example longer than ``max_len``: ``"error"`` (default) raises;
+            ``"truncate"`` keeps its first ``max_len`` tokens; ``"drop"`` leaves it out; ``"split"`` cuts it into
+            pieces of ``max_len`` tokens (the last shorter), each packed as its own sequence (positions restart,
+            so a piece does not see the previous piece, and its first label becomes -100: counted in
+            ``split_labels_masked``).
+        lines: the line or record number of each example in its file, for error messages.
+
+    Returns:
+        The rows and the accounting.
+
+    Raises:
+        MemfitError: an unknown ``overflow``, ``max_len < 2``, ``input_ids`` and ``labels`` of different lengths,
+            or (``overflow="error"``) an example longer than ``max_len``, named with its line and the flags.
 
     Worked example, ``max_len = 4``, ``overflow="truncate"``: ``A`` = 6 tokens, labels ``[-, -, -, -, 5, 6]``
     (a 4-token prompt); ``B`` = 3 tokens, labels ``[-, 2, 3]``. In: 2 examples, 9 tokens, 2 + 2 = 4 loss
@@ -524,7 +358,7 @@ def pack(
             if not placed:
                 no_loss_examples += 1
 
-    order, starts = pack_bfd(item_len, max_len)
+    order, starts = fill_rows(item_len, max_len)
     rows: list[PackedRow] = []
     loss_out = 0
     flat = order.tolist()
@@ -585,75 +419,3 @@ def pack(
         loss_tokens_in=loss_in,
         loss_tokens_out=loss_out,
     )
-
-
-def block_mask_bytes(batch: int, seq_len: int, dtype_bytes: int = 4) -> int:
-    """Bytes of a materialised additive block-diagonal mask, shape ``(batch, 1, seq_len, seq_len)``.
-
-    ``B * 1 * L * L * dtype_bytes``; worked example: batch 4, L = 4096, fp32 (4 bytes):
-    4 * 4096 * 4096 * 4 = 268,435,456 bytes = 256 MiB, held for the whole forward and backward. The
-    position-ids form (:class:`memfit.data.collator.PackedCollator` with ``attention="position_ids"``) with
-    flash attention needs none; sdpa and eager build a boolean or float mask of this shape internally anyway
-    (transformers' ``create_causal_mask``), so count it once per step either way.
-
-    >>> block_mask_bytes(4, 4096, 4)
-    268435456
-    """
-    if batch < 0 or seq_len < 0 or dtype_bytes < 1:
-        raise MemfitError("block mask size needs batch >= 0, seq_len >= 0 and dtype_bytes >= 1")
-    return batch * 1 * seq_len * seq_len * dtype_bytes
-
-
-def check_out_path(path: str | Path) -> Path:
-    """Check before any work that packed rows can be written to ``path``: ``.jsonl`` or ``.parquet``, not a
-    directory, in an existing folder that accepts a new file (probed with a temporary file there, removed at
-    once: permission bits say nothing for root, and ``/proc`` or ``/sys`` refuse files whatever they say).
-    Returns the path; raises a MemfitError naming the fix."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix not in (".jsonl", ".parquet"):
-        raise MemfitError(f"--out must end in .jsonl or .parquet, not {p.name!r}")
-    if p.is_dir():
-        raise MemfitError(f"--out {p} is a directory: name a file, e.g. {p / ('rows' + suffix)}")
-    if not p.parent.is_dir():
-        raise MemfitError(f"--out {p}: the folder {p.parent} does not exist; create it or choose another --out")
-    if p.exists() and not p.is_file():
-        raise MemfitError(f"--out {p} exists and is not a regular file: choose another --out")
-    import tempfile
-
-    try:
-        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".memfit-probe-"):
-            pass
-    except OSError as exc:
-        raise MemfitError(f"--out {p}: cannot write in {p.parent} ({exc.strerror or exc}); choose a folder you "
-                          "can write to") from exc
-    return p
-
-
-def write_rows(result: PackResult, path: str | Path) -> int:
-    """Write the packed rows to ``path`` (``.jsonl`` or ``.parquet``), one row per line / record, with every
-    field of :class:`PackedRow`. Returns the bytes written. A path that cannot be written is a MemfitError
-    (:func:`check_out_path`), and a write that fails part way leaves no partial file."""
-    p = check_out_path(path)
-    existed = p.exists()
-    try:
-        if p.suffix.lower() == ".jsonl":
-            with p.open("w", encoding="utf-8") as f:
-                for row in result.rows:
-                    f.write(json.dumps(row.to_dict(), separators=(",", ":")) + "\n")
-        else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            names = list(PackedRow.__slots__)  # every field is a list of int32 (token ids < 2**31)
-            table = pa.table({name: pa.array([getattr(r, name) for r in result.rows], type=pa.list_(pa.int32()))
-                              for name in names})
-            try:
-                pq.write_table(table, p)
-            except pa.ArrowException as exc:  # pyarrow's own I/O errors (most are OSError subclasses too)
-                raise OSError(str(exc)) from exc
-        return p.stat().st_size
-    except OSError as exc:
-        if not existed:
-            p.unlink(missing_ok=True)
-        raise MemfitError(f"cannot write the rows to {p}: {exc}") from exc

@@ -43,6 +43,7 @@ lengths and pack reports print it. BOS is whatever the tokenizer itself puts fir
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from dataclasses import dataclass
@@ -117,10 +118,12 @@ def load_tokenizer(path: str | Path, *, eos: str | bool | None = None) -> PreTra
         raise MemfitError(f"no tokenizer at {p}: pass a tokenizer directory, a tokenizer.json or a "
                           "SentencePiece .model file (nothing is downloaded)")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    if importlib.util.find_spec("torch") is None:  # the data extra alone: the tokenizer needs no torch, so
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # no "PyTorch was not found" notice
     try:
         import transformers
     except ImportError as exc:
-        raise MemfitError("loading a tokenizer needs transformers: pip install 'memfit[torch]'") from exc
+        raise MemfitError("loading a tokenizer needs transformers: pip install 'memfit[data]'") from exc
     transformers.utils.logging.set_verbosity_error()
     try:
         if p.is_dir():

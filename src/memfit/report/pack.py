@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from memfit.data.pack import PackResult, block_mask_bytes
+from memfit.data.pack import PackResult
 from memfit.data.tokenizer import SpecialTokens
-from memfit.data.verify import VerifyResult
+from memfit.estimate.attention_mask import block_mask_bytes
 from memfit.report.lengths import special_tokens_line
 from memfit.units import human_bytes
+
+if TYPE_CHECKING:  # verify-pack's result; the module needs torch, which `memfit pack` does not
+    from memfit.data.torch.verify import VerifyResult
 
 __all__ = ["pack_json", "pack_renderable", "verify_json", "verify_renderable"]
 

@@ -1,9 +1,9 @@
 """Proving a packing correct: a real model gives the same logits and loss packed as alone, and labels survive.
 
-:func:`verify_packing` runs a small real model (by default :func:`tiny_llama`: a 2-layer Llama with random,
-seeded weights and the tokenizer's vocabulary) twice:
+:func:`verify_packing` runs a small real model (``memfit verify-pack`` uses :func:`tiny_llama`: a 2-layer Llama
+with random, seeded weights and the tokenizer's vocabulary) twice:
 
-* on the packed rows, collated as training would see them (:class:`memfit.data.collator.PackedCollator`);
+* on the packed rows, collated as training would see them (:class:`memfit.data.torch.collator.PackedCollator`);
 * on every packed example (or split piece) alone, as a batch of one with no mask.
 
 It passes when
@@ -37,9 +37,10 @@ from typing import Any, Literal
 
 import torch
 
-from memfit.data.collator import PackedCollator
-from memfit.data.pack import IGNORE_INDEX, PackedRow, PackResult, Tokenized, example_fields, loss_tokens, pack
+from memfit.data.pack import PackedRow, PackResult, Tokenized, example_fields, loss_tokens, pack
+from memfit.data.torch.collator import PackedCollator
 from memfit.errors import MemfitError
+from memfit.estimate.constants import IGNORE_INDEX
 
 VerifyMask = Literal["position-ids", "block", "naive"]
 VERIFY_MASKS: tuple[str, ...] = ("position-ids", "block", "naive")
@@ -113,35 +114,20 @@ class VerifyResult:
         }
 
 
-def tiny_llama(
-    vocab_size: int,
-    *,
-    max_positions: int = 4096,
-    seed: int = 0,
-    attn_implementation: str = "sdpa",
-    hidden: int = 64,
-    layers: int = 2,
-) -> torch.nn.Module:
+def tiny_llama(vocab_size: int, *, max_positions: int = 4096, seed: int = 0,
+               attn_implementation: str = "sdpa") -> torch.nn.Module:
     """A small Llama with random weights (seeded) and ``vocab_size`` tokens, fp32, in eval mode.
 
-    2 layers, hidden 64, 4 query heads and 2 key/value heads (grouped-query attention, as in Llama 3),
-    RoPE: enough to show any leak across examples, cheap on a CPU.
+    2 layers, hidden 64, intermediate 128, 4 query heads and 2 key/value heads (grouped-query attention, as in
+    Llama 3), RoPE: enough to show any leak across examples, cheap on a CPU.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if vocab_size < 2:
         raise MemfitError(f"the model needs a vocabulary of at least 2 tokens, not {vocab_size}")
-    config = AutoConfig.for_model(
-        "llama",
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_positions,
-        use_cache=False,
-    )
+    config = AutoConfig.for_model("llama", vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  max_position_embeddings=max_positions, use_cache=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation, dtype=torch.float32)
@@ -212,9 +198,30 @@ def verify_packing(
 ) -> VerifyResult:
     """Pack ``examples`` (or check the given ``packed`` result against them) and prove it with ``model``.
 
-    ``limit`` keeps the first ``limit`` examples (packing them afresh). ``on_progress(done, total)`` is
-    called after each forward pass (the rows, then each example alone). See the module docstring for the
-    checks and tolerances.
+    The three checks and their tolerances are the module docstring's.
+
+    Args:
+        model: a causal LM (transformers) whose logits are compared, packed against alone.
+        examples: the tokenized examples (objects or dicts with ``input_ids`` and ``labels``).
+        max_len: the row length to pack to.
+        overflow: :func:`memfit.data.pack.pack`'s policy for examples longer than ``max_len``.
+        mask: how the rows keep examples apart: ``"position-ids"``, ``"block"`` or ``"naive"``
+            (:func:`mask_form`).
+        packed: check these rows instead of packing afresh.
+        limit: keep the first ``limit`` examples (packing them afresh).
+        batch_size: packed rows per forward pass.
+        pad_token_id: the id that pads a batch's shorter rows.
+        atol: absolute logits tolerance.
+        rtol: relative logits tolerance.
+        loss_atol: tolerance on the token-weighted mean loss, in nats.
+        on_progress: called as ``on_progress(done, total)`` after each forward pass (the rows, then each
+            example alone).
+
+    Returns:
+        What was measured, with ``passed`` and the failures named.
+
+    Raises:
+        MemfitError: an unknown ``mask``, ``limit < 1``, or nothing to verify (no example has tokens).
     """
     mask = mask_form(mask)
     if limit is not None:

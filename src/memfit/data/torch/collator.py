@@ -27,10 +27,10 @@ Two forms, chosen with ``attention=``:
     in the same example and the key is not later, the dtype's most negative value elsewhere.
     transformers passes a 4D mask through unchanged, so this works where the model does **not** derive
     boundaries from ``position_ids`` (custom or older modeling code, or a forward that keeps a cache). It
-    costs ``B * T * T * dtype_bytes`` (:func:`memfit.data.pack.block_mask_bytes`; 256 MiB at B=4, T=4096,
-    fp32), and ``mask_dtype`` must match the model's dtype for sdpa. Flash attention cannot take it.
+    costs ``B * T * T * dtype_bytes`` (:func:`memfit.estimate.attention_mask.block_mask_bytes`; 256 MiB at
+    B=4, T=4096, fp32), and ``mask_dtype`` must match the model's dtype for sdpa. Flash attention cannot take it.
 
-Both forms are checked against each example run alone in ``tests/data/test_collator.py``.
+Both forms are checked against each example run alone in ``tests/data/torch/test_collator.py``.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from memfit.data.pack import IGNORE_INDEX, PackedRow, PackResult, block_mask_bytes
+from memfit.data.pack import PackedRow, PackResult
 from memfit.errors import MemfitError
+from memfit.estimate.attention_mask import block_mask_bytes
+from memfit.estimate.constants import IGNORE_INDEX
 
 AttentionForm = Literal["position_ids", "block_mask"]
 ATTENTION_FORMS: tuple[str, ...] = ("position_ids", "block_mask")
@@ -186,7 +188,18 @@ def packed_dataloader(
     shuffle: bool = True,
     seed: int = 0,
 ) -> DataLoader[dict[str, list[int]]]:
-    """A DataLoader over packed rows yielding collated batches (position_ids form unless told otherwise)."""
+    """A DataLoader over packed rows yielding collated batches.
+
+    Args:
+        result: the packed rows (a :class:`PackResult` or its rows).
+        batch_size: rows per batch.
+        collator: how rows become a batch; the position_ids form (:class:`PackedCollator`) when None.
+        shuffle: draw the rows in a random order each epoch.
+        seed: seed of that order.
+
+    Returns:
+        A ``torch.utils.data.DataLoader`` yielding the collator's batch dicts.
+    """
     generator = torch.Generator().manual_seed(seed)
     return DataLoader(
         PackedDataset(result),

@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memfit.data.pack import IGNORE_INDEX, pack
-from memfit.data.verify import tiny_llama, verify_packing
-from memfit.errors import MemfitError
+pytest.importorskip("torch")
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+from memfit.data.pack import pack  # noqa: E402
+from memfit.data.torch.verify import tiny_llama, verify_packing  # noqa: E402
+from memfit.errors import MemfitError  # noqa: E402
+from memfit.estimate.constants import IGNORE_INDEX  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 VOCAB = 400
 
 
@@ -111,7 +114,7 @@ def test_limit_and_errors(model) -> None:
 
 
 def test_gsm8k_with_a_real_tokenizer_passes() -> None:
-    from memfit.data.load import load_records
+    from memfit.data.formats import load_records
     from memfit.data.tokenize import tokenize_records
     from memfit.data.tokenizer import load_tokenizer
 

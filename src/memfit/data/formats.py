@@ -19,14 +19,12 @@ Text is UTF-8, with or without a byte-order mark (``utf-8-sig``: Excel and some 
 read as plain UTF-8 it would break the first JSONL record and the first CSV header).
 
 Nothing is lost silently: every record that cannot be used (malformed JSON, not an object, the field
-missing or of the wrong type, an unknown chat role) becomes a :class:`Skipped` with its line number
-(the 1-based line of a JSONL file, the 1-based data row of a CSV / Parquet / JSON list) and the
-reason, and the rest is analysed. A field missing from every record is an error naming the fields that
+missing or of the wrong type, an unknown chat role) becomes a :class:`~memfit.data.records.Skipped`
+with its line number (the 1-based line of a JSONL file, the 1-based data row of a CSV / Parquet / JSON
+list) and the reason, and the rest is analysed. A field missing from every record is an error naming the fields that
 exist; an empty file is an error saying so.
 
-Chats (``messages=``) are accepted in the OpenAI layout (``[{"role": "user", "content": "..."}]``)
-and the ShareGPT layout (``[{"from": "human", "value": "..."}]``); :func:`normalise_messages` turns
-both into OpenAI ``role``/``content`` dicts with roles ``system``/``user``/``assistant``/``tool``.
+Which fields hold the training text, and what makes a record usable, is :mod:`memfit.data.records`.
 """
 
 from __future__ import annotations
@@ -40,81 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memfit.data.records import FieldSpec, Skipped, check_record, infer_fields, tokenized_hint
 from memfit.errors import MemfitError
 
-__all__ = [
-    "FieldSpec",
-    "LoadedRecords",
-    "Skipped",
-    "infer_fields",
-    "load_records",
-    "normalise_messages",
-]
-
-# ShareGPT "from" values (and OpenAI role aliases) -> OpenAI roles.
-ROLE_ALIASES: dict[str, str] = {
-    "system": "system",
-    "user": "user",
-    "human": "user",
-    "assistant": "assistant",
-    "gpt": "assistant",
-    "model": "assistant",
-    "chatgpt": "assistant",
-    "bard": "assistant",
-    "bing": "assistant",
-    "tool": "tool",
-    "function": "tool",
-    "observation": "tool",
-    "ipython": "tool",
-}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Skipped:
-    """One record that was not analysed: where it is (1-based line or row) and why."""
-
-    line: int
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "reason": self.reason}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FieldSpec:
-    """Which fields of a record hold the training text: exactly one of text, prompt+completion, messages."""
-
-    text: str | None = None
-    prompt: str | None = None
-    completion: str | None = None
-    messages: str | None = None
-
-    def __post_init__(self) -> None:
-        modes = sum((self.text is not None, self.prompt is not None or self.completion is not None,
-                     self.messages is not None))
-        if modes > 1:
-            raise MemfitError("give one of --text, --prompt/--completion or --messages, not several")
-        if (self.prompt is None) != (self.completion is None):
-            raise MemfitError("--prompt and --completion go together: give both")
-
-    @property
-    def mode(self) -> str:
-        """``"text"``, ``"prompt_completion"``, ``"messages"``, or ``"none"`` when no field is named."""
-        if self.text is not None:
-            return "text"
-        if self.prompt is not None:
-            return "prompt_completion"
-        if self.messages is not None:
-            return "messages"
-        return "none"
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(n for n in (self.text, self.prompt, self.completion, self.messages) if n is not None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "prompt": self.prompt, "completion": self.completion,
-                "messages": self.messages}
+__all__ = ["LoadedRecords", "load_records"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,7 +49,8 @@ class LoadedRecords:
     """The usable records of a file (raw rows, in file order), what was skipped, and the fields seen.
 
     ``lines[i]`` is the 1-based line (JSONL) or row (other formats) that ``records[i]`` came from.
-    ``spec`` says which fields were checked (inferred when none was named, see :func:`infer_fields`).
+    ``spec`` says which fields were checked (inferred when none was named, see
+    :func:`~memfit.data.records.infer_fields`).
     """
 
     path: str
@@ -152,9 +80,9 @@ def load_records(
 ) -> LoadedRecords:
     """Read the records of ``path`` and check the named fields (see the module docstring for formats).
 
-    With no field named, the fields are inferred (:func:`infer_fields`). Records lacking a field, or
-    holding a value of the wrong type, are skipped with their line and reason; a field present in no
-    record at all raises :class:`MemfitError` naming the fields that exist.
+    With no field named, the fields are inferred (:func:`~memfit.data.records.infer_fields`). Records
+    lacking a field, or holding a value of the wrong type, are skipped with their line and reason; a field
+    present in no record at all raises :class:`MemfitError` naming the fields that exist.
     """
     p = Path(path)
     if not p.exists():
@@ -174,12 +102,12 @@ def load_records(
     for name in spec.names:
         if name not in fields:
             raise MemfitError(f"{p} has no field {name!r}; its fields are: {', '.join(fields) or '(none)'}"
-                              + _tokenized_hint(fields))
+                              + tokenized_hint(fields))
 
     records: list[dict[str, Any]] = []
     lines: list[int] = []
     for line, row in rows:
-        reason = _check_record(row, spec)
+        reason = check_record(row, spec)
         if reason is None:
             records.append(row)
             lines.append(line)
@@ -191,75 +119,6 @@ def load_records(
         raise MemfitError(f"{p}: no usable record ({len(skipped)} skipped; line {first.line}: {first.reason})")
     return LoadedRecords(path=str(p), format=fmt, records=records, lines=lines, skipped=skipped, fields=fields,
                          spec=spec)
-
-
-def infer_fields(fields: list[str], *, path: str | Path = "data") -> FieldSpec:
-    """Guess the field spec from the fields present: ``messages``/``conversations`` (chat), then
-    ``prompt``+``completion``, then ``text``. Anything else must be named.
-
-    >>> infer_fields(["id", "conversations"]).messages
-    'conversations'
-    >>> infer_fields(["prompt", "completion"]).mode
-    'prompt_completion'
-    """
-    for name in ("messages", "conversations"):
-        if name in fields:
-            return FieldSpec(messages=name)
-    if "prompt" in fields and "completion" in fields:
-        return FieldSpec(prompt="prompt", completion="completion")
-    if "text" in fields:
-        return FieldSpec(text="text")
-    hint = _tokenized_hint(fields)
-    if hint:
-        raise MemfitError(f"{path} holds no text to tokenise (fields: {', '.join(fields)})" + hint)
-    raise MemfitError(f"cannot tell which fields of {path} to tokenise (fields: {', '.join(fields)}): "
-                      "pass --text FIELD, --prompt FIELD --completion FIELD, or --messages FIELD")
-
-
-PACKED_FIELDS = frozenset({"position_ids", "seq_lens", "cu_seqlens", "example_ids"})  # memfit pack's extra fields
-
-
-def _tokenized_hint(fields: list[str]) -> str:
-    """A hint when the records are already token ids (``memfit pack`` output, or a tokenized data set)."""
-    names = set(fields)
-    if "input_ids" not in names:
-        return ""
-    if names & PACKED_FIELDS:
-        return (": it looks like the output of memfit pack (packed rows of token ids). memfit lengths, pack and "
-                "verify-pack read the source records (text, prompt/completion or a chat) and tokenise and pack "
-                "them themselves: pass the file you packed, not the packed rows")
-    return (": its records are already token ids (input_ids); memfit reads the text and tokenises it with "
-            "--tokenizer: pass the records before tokenisation")
-
-
-def normalise_messages(value: Any) -> list[dict[str, str]]:
-    """A chat in the OpenAI (``role``/``content``) or ShareGPT (``from``/``value``) layout as OpenAI dicts.
-
-    Raises ``ValueError`` with the reason when the value is not a chat.
-
-    >>> normalise_messages([{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}])
-    [{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'hello'}]
-    """
-    if not isinstance(value, list) or not value:
-        raise ValueError("messages is not a non-empty list")
-    out = []
-    for i, msg in enumerate(value):
-        if not isinstance(msg, dict):
-            raise ValueError(f"message {i} is not an object")
-        if "role" in msg:
-            role, content = msg.get("role"), msg.get("content")
-        elif "from" in msg:
-            role, content = msg.get("from"), msg.get("value")
-        else:
-            raise ValueError(f"message {i} has neither role/content nor from/value")
-        if not isinstance(role, str) or role.lower() not in ROLE_ALIASES:
-            raise ValueError(f"message {i} has an unknown role {role!r}")
-        if not isinstance(content, str):
-            raise ValueError(f"message {i} has no text content")
-        out.append({"role": ROLE_ALIASES[role.lower()], "content": content})
-    if not any(m["role"] == "assistant" for m in out):
-        raise ValueError("chat has no assistant turn")
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -296,7 +155,7 @@ def _open_text(p: Path) -> io.TextIOBase:
     """``p`` as text: UTF-8 with an optional byte-order mark (``utf-8-sig`` drops it), gzip when ``.gz``."""
     if p.name.lower().endswith(".gz"):
         return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", errors="replace", newline="")
-    return open(p, encoding="utf-8-sig", errors="replace", newline="")  # noqa: SIM115
+    return open(p, encoding="utf-8-sig", errors="replace", newline="")
 
 
 def _read_jsonl(p: Path) -> _Rows:
@@ -446,19 +305,3 @@ def _fields_seen(rows: list[tuple[int, dict[str, Any]]]) -> list[str]:
         for key in row:
             seen.setdefault(str(key), None)
     return list(seen)
-
-
-def _check_record(row: dict[str, Any], spec: FieldSpec) -> str | None:
-    """The reason ``row`` cannot be used under ``spec``, or None when it can."""
-    for name in spec.names:
-        if name not in row:
-            return f"no field {name!r} (this record has: {', '.join(map(str, row)) or 'nothing'})"
-        value = row[name]
-        if name == spec.messages:
-            try:
-                normalise_messages(value)
-            except ValueError as exc:
-                return f"field {name!r}: {exc}"
-        elif not isinstance(value, str):
-            return f"field {name!r} is {type(value).__name__}, not text"
-    return None

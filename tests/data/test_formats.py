@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memfit.data.load import FieldSpec, infer_fields, load_records, normalise_messages
+from memfit.data.formats import load_records
 from memfit.errors import MemfitError
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
@@ -146,10 +146,9 @@ def _touch(p: Path) -> Path:
     return p
 
 
-def test_messages_in_both_layouts_and_bad_chats(tmp_path: Path) -> None:
+def test_chats_in_both_layouts_load_and_bad_chats_are_skipped(tmp_path: Path) -> None:
     openai = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     sharegpt = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]
-    assert normalise_messages(openai) == normalise_messages(sharegpt) == openai
     p = tmp_path / "c.jsonl"
     rows = [{"m": openai}, {"m": sharegpt}, {"m": [{"role": "wizard", "content": "x"}]},
             {"m": [{"role": "user", "content": "only a question"}]}, {"m": "text"}]
@@ -161,16 +160,8 @@ def test_messages_in_both_layouts_and_bad_chats(tmp_path: Path) -> None:
     assert "no assistant turn" in loaded.skipped[1].reason
 
 
-def test_field_spec_inference_and_conflicts() -> None:
-    assert infer_fields(["id", "conversations"]) == FieldSpec(messages="conversations")
-    assert infer_fields(["text", "meta"]) == FieldSpec(text="text")
-    with pytest.raises(MemfitError, match="--text FIELD"):
-        infer_fields(["question", "answer"])
-    with pytest.raises(MemfitError, match="go together"):
-        FieldSpec(prompt="q")
-    with pytest.raises(MemfitError, match="not several"):
-        FieldSpec(text="t", messages="m")
-    # no field named: GSM8K has question/answer, which must be named
+def test_fields_inferred_when_none_named() -> None:
+    # no field named: GSM8K has question/answer, which must be named; the ShareGPT file's chat is found
     with pytest.raises(MemfitError, match="--prompt FIELD --completion FIELD"):
         load_records(GSM8K_TEST)
     assert load_records(CHAT).spec.messages == "conversations"
@@ -188,8 +179,8 @@ BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark Excel and some Windows tools 
 
 
 def test_utf8_bom_keeps_the_first_jsonl_record_and_the_csv_header(tmp_path: Path) -> None:
-    """Issue 21 item 11: read as plain UTF-8, a BOM made JSONL line 1 "malformed JSON" (a skip, exit 0) and the
-    first CSV header "\\ufeffquestion" ("no field 'question'; its fields are: question, answer")."""
+    """Read as plain UTF-8, a BOM would make JSONL line 1 "malformed JSON" (a skip, exit 0) and the first CSV
+    header "\\ufeffquestion" ("no field 'question'; its fields are: question, answer")."""
     body = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
     cases = {
         "d.jsonl": BOM + body,
