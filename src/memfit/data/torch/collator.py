@@ -30,7 +30,7 @@ Two forms, chosen with ``attention=``:
     costs ``B * T * T * dtype_bytes`` (:func:`memfit.estimate.attention_mask.block_mask_bytes`; 256 MiB at
     B=4, T=4096, fp32), and ``mask_dtype`` must match the model's dtype for sdpa. Flash attention cannot take it.
 
-Both forms are checked against each example run alone in ``tests/data/torch/test_collator.py``.
+Both forms are checked against each example run alone in ``tests/data/with_torch/test_collator.py``.
 """
 
 from __future__ import annotations
