@@ -110,3 +110,30 @@ def test_lengths_page_without_a_histogram_draws_the_cdf_through_the_percentiles(
     html = render_page(d)
     assert "drawn through the percentiles only" in html
     assert dom_figures.check(html, d)
+
+
+@pytest.mark.parametrize("command", ["trace", "measure"])
+def test_trace_and_measure_pages_draw_a_timeline_when_the_json_has_one(command: str) -> None:
+    """The engines' coming timeline: a stacked area, each phase's highest point (three rows, not one per
+    event) and the peak's categories tied to the JSON. Hand-made: weights 100 B throughout, activations
+    growing 10 B per event through the forward (events 0-9), logits 500 B at event 10, then the backward
+    freeing 10 B of activations per event, and the optimizer step with 200 B of state."""
+    d = load(command)
+    timeline = [{"t": i, "phase": "forward", "module": f"model.layers.{i}",
+                 "bytes_by_category": {"weights_frozen": 100, "activations": 10 * (i + 1)}} for i in range(10)]
+    timeline.append({"t": 10, "phase": "backward", "module": "lm_head",
+                     "bytes_by_category": {"weights_frozen": 100, "activations": 100, "logits": 500}})
+    timeline += [{"t": 11 + i, "phase": "backward", "module": f"model.layers.{9 - i}",
+                  "bytes_by_category": {"weights_frozen": 100, "activations": 90 - 10 * i}} for i in range(9)]
+    timeline.append({"t": 20, "phase": "optimizer", "module": "", "bytes_by_category": {"weights_frozen": 100,
+                                                                                           "optimizer": 200}})
+    d["timeline"] = timeline
+    html = render_page(d)
+    step = html[html.index("Memory over the step"):]
+    step = step[: step.index("</section>")]
+    assert "peak 700 B" in step  # 100 + 100 + 500 at t = 10
+    assert step.count("<polygon") == 4  # weights_frozen, optimizer, activations, logits
+    assert "alive at the peak (backward: lm_head)" in step
+    assert step.count("<tr") == 1 + 3 + 1 + 3 + 1  # phase table: head + 3 phases; alive: head + 3 + total
+    checked = set(dom_figures.check(html, d))
+    assert {("timeline", 10, "bytes_by_category", c) for c in ("weights_frozen", "activations", "logits")} <= checked

@@ -92,7 +92,6 @@ footer{color:var(--muted);font-size:.82rem;margin-top:18px;overflow-wrap:anywher
  .two{grid-template-columns:1fr}
  table{font-size:9pt}
  th,td{padding:2px 4px}
- .num{white-space:normal}
  tr{break-inside:avoid}
  svg .hover:hover{fill:transparent}
 }

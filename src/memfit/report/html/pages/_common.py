@@ -7,10 +7,11 @@ from typing import Any
 
 from memfit.errors import MemfitError
 from memfit.report.html.axis import Capacity
-from memfit.report.html.figures import JsonPath, figure, human
+from memfit.report.html.figures import JsonPath, exact, figure, human
 from memfit.report.html.markup import Html, el
-from memfit.report.html.page import table
+from memfit.report.html.page import section, table
 from memfit.report.html.palette import colour, label, ordered
+from memfit.report.html.timeline import StepSeries, moments_series, series_rows, step_chart, timeline_series
 
 
 def spec_summary(spec: Mapping[str, Any] | None) -> str:
@@ -89,3 +90,61 @@ def fits_text(fits: bool | None, spare: int | None) -> tuple[str, str | None]:
     if spare >= 0:
         return (f"fits, {human(spare)} spare", "ok")
     return (f"short by {human(-spare)}", "bad")
+
+
+def step_series(d: Mapping[str, Any]) -> StepSeries | None:
+    """The engine's ``timeline`` when the JSON has one, else its step ``moments``, else None."""
+    if d.get("timeline"):
+        return timeline_series(d["timeline"])
+    if d.get("moments"):
+        return moments_series(d["moments"])
+    return None
+
+
+def phase_highs(series: StepSeries) -> list[tuple[str, int, int]]:
+    """The highest point of each phase, in order of first appearance: ``(phase, index, bytes)``.
+
+    >>> s = moments_series({"forward: a": 3, "backward: b": 7, "backward: c": 9, "optimizer: d": 2})
+    >>> phase_highs(s)
+    [('forward', 0, 3), ('backward', 2, 9), ('optimizer', 3, 2)]
+    """
+    best: dict[str, tuple[int, int]] = {}
+    for i, (phase, seg) in enumerate(zip(series.phases, series.segments, strict=True)):
+        if phase not in best or seg.total > best[phase][1]:
+            best[phase] = (i, seg.total)
+    return [(p, i, v) for p, (i, v) in best.items()]
+
+
+def over_the_step(series: StepSeries, cap: Capacity | None, *, title: str,
+                  peak_components: tuple[Mapping[str, int], JsonPath, int, JsonPath] | None = None) -> Html:
+    """The memory-over-the-step section: the chart, then a table of the moments (or, for a timeline, of each
+    phase's highest point) and what is alive at the peak by category.
+
+    ``peak_components`` (parts, their JSON path, the peak, its path) lists the peak's categories when the
+    series has totals only (the estimate's moments today: its components are the peak moment's)."""
+    chart = step_chart(series, cap, title)
+    peak_i = series.peak_index
+    peak_label = series.labels[peak_i]
+    if series.kind == "moments":
+        rows = series_rows(series)
+        points = table(["moment", "bytes", "GiB"], [[r[0], r[2], r[3]] for r in rows], numeric=(1, 2),
+                       caption="each moment")
+    else:
+        points = table(["phase", "highest at", "bytes", "GiB"],
+                       [[p, series.modules[i] or "-", exact(v), human(v)]
+                        for p, i, v in phase_highs(series)], numeric=(2, 3), caption="each phase's highest point")
+    parts = series.segments[peak_i].parts
+    if set(parts) == {"total"} and peak_components is not None:
+        comp, path, total, total_path = peak_components
+        alive = category_table(comp, path, total=total, total_path=total_path,
+                               caption=f"alive at the peak ({peak_label})")
+    else:
+        alive = category_table(parts, list(series.paths[peak_i]), total=series.segments[peak_i].total,
+                               caption=f"alive at the peak ({peak_label})")
+    if series.kind == "moments":
+        what = ("The estimate's moments of the step: the forward at the loss, the backward at the loss, through "
+                "lm_head, the last and the first decoder block, the embeddings, and the optimizer step.")
+    else:
+        what = "Live bytes by category at each allocation and free of the step."
+    return section("Memory over the step", chart, el("div", [points, alive], class_="two"),
+                   lead=what + " The peak is marked; hover the chart for exact bytes.")

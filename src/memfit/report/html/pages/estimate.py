@@ -9,10 +9,17 @@ from typing import Any
 from memfit.report.html.bars import Bar, row_chart
 from memfit.report.html.budget import BarRow, BudgetChart, budget_chart
 from memfit.report.html.figures import figure, human
-from memfit.report.html.markup import Html, el
+from memfit.report.html.markup import el
 from memfit.report.html.page import kpi, page, section, table
-from memfit.report.html.pages._common import category_table, fits_text, gpu_capacity, require, spec_summary
-from memfit.report.html.timeline import StepSeries, moments_series, series_rows, step_chart, timeline_series
+from memfit.report.html.pages._common import (
+    category_table,
+    fits_text,
+    gpu_capacity,
+    over_the_step,
+    require,
+    spec_summary,
+    step_series,
+)
 from memfit.units import BYTES_PER_GB
 
 
@@ -49,7 +56,11 @@ def estimate_page(d: Mapping[str, Any], source: str | None = None) -> str:
              + (f", against {cap.text()}" if cap else "") + "."
              + (" The pale segment is what the CUDA caching allocator and context reserve beyond it." if cuda else ""),
     )
-    sections = [budget, _over_the_step(d, cap, peak)]
+    sections = [budget]
+    series = step_series(d)
+    if series is not None:
+        sections.append(over_the_step(series, cap, title="live bytes through the training step",
+                                      peak_components=(d["components"], ["components"], peak, ["peak_bytes"])))
     per_layer = d.get("activations_per_layer") or {}
     if per_layer:
         items = sorted(per_layer.items(), key=lambda kv: -int(kv[1]))
@@ -80,30 +91,3 @@ def estimate_page(d: Mapping[str, Any], source: str | None = None) -> str:
         ))
     return page(command="estimate", title=f"memfit estimate: {d.get('model', '?')}",
                 subtitle=[spec_summary(spec)], kpis=kpis, sections=sections, source=source)
-
-
-def step_series(d: Mapping[str, Any]) -> StepSeries:
-    """The engine's ``timeline`` when the JSON has one, else its step ``moments``."""
-    if d.get("timeline"):
-        return timeline_series(d["timeline"])
-    return moments_series(d["moments"])
-
-
-def _over_the_step(d: Mapping[str, Any], cap: Any, peak: int) -> Html:
-    series = step_series(d)
-    chart = step_chart(series, cap, "live bytes through the training step")
-    rows = series_rows(series)
-    moments = table(["moment", "bytes", "GiB"], [[r[0], r[2], r[3]] for r in rows], numeric=(1, 2),
-                    caption="each moment" if series.kind == "moments" else "each point drawn")
-    peak_parts = series.segments[series.peak_index].parts
-    if set(peak_parts) == {"total"}:  # today's moments carry totals: the peak's categories are the budget's
-        alive = category_table(d["components"], ["components"], total=peak, total_path=["peak_bytes"],
-                               caption=f"alive at the peak ({series.labels[series.peak_index]})")
-    else:
-        alive = category_table(peak_parts, list(series.paths[series.peak_index]),
-                               caption=f"alive at the peak ({series.labels[series.peak_index]})")
-    what = ("The estimate's moments of the step: the forward at the loss, the backward at the loss, through "
-            "lm_head, the last and the first decoder block, the embeddings, and the optimizer step."
-            if series.kind == "moments" else "Live bytes at each allocation and free of the step.")
-    return section("Memory over the step", chart, el("div", [moments, alive], class_="two"),
-                   lead=what + " The peak is marked; hover a column for its exact bytes.")

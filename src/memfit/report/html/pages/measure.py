@@ -11,10 +11,10 @@ from memfit.report.html.budget import BarRow, BudgetChart, budget_chart
 from memfit.report.html.figures import figure, human
 from memfit.report.html.markup import Html, el
 from memfit.report.html.page import kpi, page, section, table
-from memfit.report.html.pages._common import gpu_capacity, require, spec_summary
+from memfit.report.html.pages._common import gpu_capacity, over_the_step, require, spec_summary
 from memfit.report.html.palette import SERIES
 from memfit.report.html.sweep import LineFit, SweepSeries, sweep_chart
-from memfit.report.html.timeline import series_rows, step_chart, timeline_series
+from memfit.report.html.timeline import timeline_series
 
 
 def _point(r: Mapping[str, Any]) -> str:
@@ -57,10 +57,7 @@ def measure_page(d: Mapping[str, Any], source: str | None = None) -> str:
     if d.get("max_batch"):
         sections.append(_max_batch(d["max_batch"]))
     if d.get("timeline"):
-        series = timeline_series(d["timeline"])
-        sections.append(section("Memory over the step", step_chart(series, cap, "live bytes through the step"),
-                                table(["point", "phase", "bytes", "GiB"], [list(r) for r in series_rows(series)],
-                                      numeric=(2, 3))))
+        sections.insert(0, over_the_step(timeline_series(d["timeline"]), cap, title="live bytes through the step"))
     return page(command="measure", title=f"memfit measure: {d.get('model', '?')}",
                 subtitle=[spec_summary({**spec, "batch": "/".join(sorted({str(r['batch']) for r in runs}, key=int)),
                                         "seq": "/".join(sorted({str(r['seq']) for r in runs}, key=int)),

@@ -12,9 +12,16 @@ from memfit.report.html.budget import BarRow, BudgetChart, budget_chart
 from memfit.report.html.figures import figure, human
 from memfit.report.html.markup import Html, el
 from memfit.report.html.page import kpi, page, section, table
-from memfit.report.html.pages._common import category_table, fits_text, gpu_capacity, require, spec_summary
+from memfit.report.html.pages._common import (
+    category_table,
+    fits_text,
+    gpu_capacity,
+    over_the_step,
+    require,
+    spec_summary,
+)
 from memfit.report.html.palette import colour, label, ordered
-from memfit.report.html.timeline import series_rows, step_chart, timeline_series
+from memfit.report.html.timeline import timeline_series
 
 _BLOCK = re.compile(r"((?:^|\.)(?:layers|h|blocks|layer))\.\d+(?=\.|$)")
 _LAYER = re.compile(r"^layer (\d+)$")
@@ -124,11 +131,7 @@ def _versus(traced: Mapping[str, int], estimated: Mapping[str, int], peak: int, 
 
 def _over_the_step(d: Mapping[str, Any], cap: Any) -> Html:
     if d.get("timeline"):
-        series = timeline_series(d["timeline"])
-        rows = series_rows(series)
-        return section("Memory over the step", step_chart(series, cap, "live bytes through the traced step"),
-                       table(["point", "phase", "bytes", "GiB"], [list(r) for r in rows], numeric=(2, 3)),
-                       lead="Live bytes by category at each allocation and free; the peak is marked.")
+        return over_the_step(timeline_series(d["timeline"]), cap, title="live bytes through the traced step")
     phases = d.get("phase_peaks") or {}
     bars = [Bar(p, int(v)) for p, v in phases.items()]
     return section(
