@@ -135,18 +135,15 @@ def test_trace_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.slow
 def test_measure_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Two real points in fresh processes (several seconds): the page lists each measured peak."""
+    """One real point in a fresh process (several seconds): the page shows the measured peak."""
     pytest.importorskip("torch")
     from memfit.measure.model import tiny_config
 
     cfg = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     page = tmp_path / "measure.html"
-    rc, out, _ = _run(["measure", str(tmp_path / "config.json"), "--batch", "1,2", "--seq", "32", "--device", "cpu",
+    rc, out, _ = _run(["measure", str(tmp_path / "config.json"), "--batch", "1", "--seq", "32", "--device", "cpu",
                        "--precision", "fp32", "--steps", "1", "--json", "--html", str(page)], capsys)
     assert rc == 0
-    d = json.loads(out)
-    html = page.read_text()
-    for r in d["runs"]:
-        assert f">{r['peak_bytes']:,} B<" in html
-    assert f"{d['fit']['r2']:.6f}" in html
+    (run,) = json.loads(out)["runs"]
+    assert f">{run['peak_bytes']:,} B<" in page.read_text()

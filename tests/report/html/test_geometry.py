@@ -148,3 +148,14 @@ def test_moments_in_both_forms_and_a_timeline() -> None:
 def test_phase_runs() -> None:
     assert phase_runs(["forward", "forward", "backward", "backward", "optimizer"]) == [
         ("forward", 0, 2), ("backward", 2, 4), ("optimizer", 4, 5)]
+
+
+def test_a_long_timeline_keeps_its_ends_and_its_peak() -> None:
+    """5,000 events with the peak at event 1,234: 600 points drawn, the first (t = 0) and the last (t = 4,999)
+    among them so the chart spans the whole step, and the peak."""
+    events = [{"t": i, "phase": "forward", "module": "m",
+               "bytes_by_category": {"activations": 10_000 if i == 1234 else i % 97}} for i in range(5000)]
+    s = timeline_series(events)
+    assert len(s.segments) == 600 and s.dropped == 4400
+    assert s.segments[0].x0 == 0 and s.segments[-1].x0 == 4999
+    assert s.segments[s.peak_index].total == 10_000 and s.paths[s.peak_index] == ("timeline", 1234, "bytes_by_category")

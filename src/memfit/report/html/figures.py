@@ -85,12 +85,3 @@ def figure(value: float | int | None, path: JsonPath, unit: str = "B", digits: i
         else:
             text = in_unit(value, unit, digits)
     return el("span", text, class_="fig", data_json=json.dumps(list(path)), data_unit=unit)
-
-
-def bytes_cell(value: int | None, path: JsonPath) -> Html:
-    """Exact bytes for a table cell (the test compares them digit for digit)."""
-    return figure(value, path, "B")
-
-
-def gib_cell(value: int | None, path: JsonPath, digits: int = 2) -> Html:
-    return figure(value, path, "GiB", digits)

@@ -7,8 +7,8 @@ Three inputs, one picture (:class:`StepSeries`):
   only: one grey series);
 - typed moments, ``[{"phase": "backward", "label": "backward: loss", "parts": {category: bytes}}, ...]``;
 - an engine's timeline, ``[{"t": 0, "phase": "forward", "module": "model.layers.0.mlp",
-  "bytes_by_category": {category: bytes}}, ...]``, downsampled here to :data:`MAX_POINTS` keeping each
-  bucket's highest point (so the peak survives).
+  "bytes_by_category": {category: bytes}}, ...]``, downsampled here to :data:`MAX_POINTS`: the first and
+  last events and each bucket's highest point (so the peak survives).
 """
 
 from __future__ import annotations
@@ -104,7 +104,10 @@ def timeline_series(timeline: Sequence[Mapping[str, Any]], key: str = "timeline"
     if not isinstance(timeline, Sequence) or isinstance(timeline, str) or not timeline:
         raise MemfitError(f"'{key}' must be a non-empty list of {{t, phase, module, bytes_by_category}}")
     totals = [sum(int(v) for v in p["bytes_by_category"].values()) for p in timeline]
-    keep = downsample_max(totals, limit)
+    if len(totals) > limit:  # the first and last events always (the chart spans the whole step), the rest by bucket
+        keep = [0, *(i + 1 for i in downsample_max(totals[1:-1], limit - 2)), len(totals) - 1]
+    else:
+        keep = list(range(len(totals)))
     chosen = [timeline[i] for i in keep]
     times = [float(p["t"]) for p in chosen]
     if any(b < a for a, b in zip(times, times[1:], strict=False)):
