@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, estimate_memory, resolve_model, rule_of_thumb_activation_bytes
@@ -55,10 +56,15 @@ def estimate_command(
     = False,
     layers: Annotated[int | None, typer.Option("--layers", help="L for --rule-of-thumb without a model")] = None,
     hidden: Annotated[int | None, typer.Option("--hidden", help="h for --rule-of-thumb without a model")] = None,
+    html: HtmlOption = None,
+    force: ForceOption = False,
     *,
     spec: RunSpec,
 ) -> None:
     """Predict the peak memory of one training step of MODEL and where every byte goes."""
+    if rule_of_thumb and html is not None:
+        raise MemfitError("--html draws the full estimate: drop --rule-of-thumb (its one figure needs no chart)")
+    check_html(html, force)
     if rule_of_thumb:
         if model is not None:
             shape = resolve_model(model)
@@ -75,6 +81,7 @@ def estimate_command(
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`), or --rule-of-thumb with --layers and --hidden")
     est = estimate_memory(resolve_model(model), spec)
+    write_html(html, "estimate", est.to_dict(), force)
     if json_out:
         print_json(est.to_dict())
         return

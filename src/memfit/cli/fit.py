@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
@@ -36,6 +37,8 @@ def fit_command(
     search: Annotated[bool, typer.Option("--search/--no-search", help="also search every knob combination "
                                          "for the cheapest fitting configuration")] = True,
     json_out: JsonFlag = False,
+    html: HtmlOption = None,
+    force: ForceOption = False,
     *,
     spec: RunSpec,
 ) -> None:
@@ -45,6 +48,7 @@ def fit_command(
     from memfit.advise import DataProfile, Headroom, fit, time_model_from_measurement
     from memfit.report.fit import fit_json, fit_table
 
+    check_html(html, force)
     if spec.gpu is None:
         raise MemfitError("memfit fit needs --gpu: a GPU name (memfit gpus) or a size such as 24GiB")
     shape = resolve_model(model)
@@ -69,6 +73,7 @@ def fit_command(
         profile = DataProfile.from_length_report(report, padding_at=padding_at)
     if json_out:
         result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search)
+        write_html(html, "fit", fit_json(result), force)
         print_json(fit_json(result))
         return
     from rich.progress import Progress
@@ -81,4 +86,5 @@ def fit_command(
 
         result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search,
                      progress=progress)
+    write_html(html, "fit", fit_json(result), force)
     console.print(fit_table(result))

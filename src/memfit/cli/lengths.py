@@ -13,6 +13,7 @@ import typer
 
 from memfit.cli._app import app
 from memfit.cli._data_options import EosOpt, NoEosOpt, eos_choice
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.estimate import RunSpec
 
@@ -40,6 +41,8 @@ def lengths_command(
     eos: EosOpt = None,
     no_eos: NoEosOpt = False,
     json_out: JsonFlag = False,
+    html: HtmlOption = None,
+    force: ForceOption = False,
     *,
     spec: RunSpec,
 ) -> None:
@@ -51,6 +54,7 @@ def lengths_command(
 
     if plot is not None:  # fail on a path that cannot be written before the slow part
         check_plot_path(plot)
+    check_html(html, force)
     shape = None
     if model is not None:  # fail on a bad model name before the slow part
         from memfit.estimate import resolve_model
@@ -65,9 +69,15 @@ def lengths_command(
         report = replace(report, activations=strategy_activations(report, shape, spec), model=shape.name)
     if plot is not None:
         plot_lengths(report, plot)
-    if json_out:
-        print_json(report.to_dict())
-        return
+    if json_out or html is not None:
+        from memfit.data.histogram import length_histogram
+
+        # the histogram rides in the JSON so that `memfit report` can draw the distribution without the lengths
+        result = {**report.to_dict(), "histogram": length_histogram(report.lengths).to_dict()}
+        write_html(html, "lengths", result, force)
+        if json_out:
+            print_json(result)
+            return
     console.print(lengths_renderable(report))
     if plot is not None:
         console.print(f"histogram written to {plot}")

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_config
@@ -74,6 +75,8 @@ def measure_command(
         "--max-batch", help="also find the largest micro-batch that fits, by bisection from the estimate")] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="write peak vs batch to this PNG")] = None,
     json_out: JsonFlag = False,
+    html: HtmlOption = None,
+    force: ForceOption = False,
     *,
     spec: RunSpec,
 ) -> None:
@@ -93,6 +96,7 @@ def measure_command(
     if steps < 1:
         raise MemfitError(f"--steps must be a positive integer; got {steps}")
     limit = parse_size(memory_limit) if memory_limit else None
+    check_html(html, force)
     config = resolve_config(model)
     dev = pick_device(device)
     spec = spec.with_(device=dev, batch=batches[0], seq=seqs[0], checkpointing=modes[0])
@@ -127,6 +131,7 @@ def measure_command(
 
         require_extra("matplotlib", "plot")
         measure_plot(result, plot)
+    write_html(html, "measure", result.to_dict(), force)
     if json_out:
         print_json(result.to_dict())
         return

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, resolve_config
@@ -25,6 +26,8 @@ def trace_command(
     model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
     json_out: JsonFlag = False,
     top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
+    html: HtmlOption = None,
+    force: ForceOption = False,
     *,
     spec: RunSpec,
 ) -> None:
@@ -38,6 +41,7 @@ def trace_command(
     from memfit.trace.engine import check_trace_spec, trace_step
 
     check_trace_spec(spec)
+    check_html(html, force)
     config = load_config(model)
     estimate = _estimate(model, spec)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
@@ -45,6 +49,7 @@ def trace_command(
         task = progress.add_task("tracing", total=None)
         result = trace_step(config, spec, name=model,
                             progress=lambda msg: progress.update(task, description=msg))
+    write_html(html, "trace", trace_json(result, estimate), force)
     if json_out:
         print_json(trace_json(result, estimate))
         return
