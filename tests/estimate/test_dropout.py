@@ -180,7 +180,8 @@ def test_cpu_sdpa_with_dropout_takes_the_math_path() -> None:
 @pytest.mark.parametrize("config,kw", [
     (LLAMA, {"targets": ("all-linear",), "precision": "fp32"}),
     (LLAMA, {"targets": ("q_proj", "v_proj"), "precision": "bf16"}),
-], ids=["llama-all-linear-fp32", "llama-qv-bf16"])
+    (GPT2 | NO_GPT2_DROPOUT, {"targets": ("all-linear",), "precision": "mixed-bf16", "attention": "eager"}),
+], ids=["llama-all-linear-fp32", "llama-qv-bf16", "gpt2-all-linear-mixed"])
 def test_lora_dropout_matches_a_real_step(config: dict[str, Any], kw: dict[str, Any]) -> None:
     """Issue 21 item 7 (``--lora-dropout`` estimates were 1.4-2.5% low against trace): saved-for-backward bytes
     equal torch's to the byte, and the peak is within 0.2% (b=2, s=64, vocabulary 256, so the blocks, not the
@@ -193,3 +194,15 @@ def test_lora_dropout_matches_a_real_step(config: dict[str, Any], kw: dict[str, 
     tolerance = 0.005 if spec.is_mixed else 0.002
     assert abs(est.peak_bytes - measured.peak_bytes) / measured.peak_bytes < tolerance, (est.peak_bytes,
                                                                                          measured.peak_bytes)
+
+
+def test_gpt2_eager_softmax_runs_in_fp32_under_autocast() -> None:
+    """GPT-2's eager attention calls softmax without a dtype; autocast (CPU's and CUDA's fp32 lists) runs it in
+    fp32, then ``.type(value.dtype)`` makes the bf16 copy the product with v saves. Full fine-tuning,
+    mixed-bf16, no dropout, b=2, s=24, a=4: the block keeps the fp32 softmax output (b*a*s*s*4 = 18,432 B)
+    and its bf16 copy (9,216 B) in ``attn``, beside the bf16 q, k and v copies (3 x 6,144 B)."""
+    spec = RunSpec(method="full", precision="mixed-bf16", attention="eager", batch=2, seq=24, device="cpu")
+    measured, est = _real_step(GPT2 | NO_GPT2_DROPOUT, spec)
+    assert measured.saved_by_module["transformer.h.1.attn"] == 18_432 + 9_216 + 3 * 6_144
+    assert est.activations.by_component["attention/scores"] == 18_432
+    assert est.activation_bytes == measured.saved_bytes

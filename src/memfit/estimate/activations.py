@@ -382,7 +382,9 @@ class _Block:
                 sc = ctx.unary_saving_output(sc, f"{comp}/softcap")  # tanh
                 sc = ctx.new(scores, sc.bpe, sc.rg)  # * softcap
             if s.model_type == "gpt2":
-                p = ctx.unary_saving_output(sc, f"{comp}/scores")  # softmax in the input dtype
+                # softmax(attn_weights, dim=-1) in the input dtype, except under autocast, which runs softmax in
+                # fp32 (on CPU's and CUDA's fp32 lists); then .type(value.dtype) makes the bf16 copy
+                p = ctx.unary_saving_output(sc, f"{comp}/scores", bpe=FP32 if ctx.autocast else None)
                 p = ctx.cast(p, v.bpe)
             else:
                 p32 = ctx.unary_saving_output(sc, f"{comp}/scores", bpe=FP32)  # softmax(dtype=fp32)
