@@ -401,11 +401,12 @@ class _Block:
         # transformers passes enable_gqa=True to sdpa when there is no mask and head_dim <= 256; otherwise
         # it repeats k and v to all heads (copies) before the call
         gqa_native = impl == "flash" or (not spec.padding_mask and d <= 256)
-        if a != kv and not gqa_native:
+        repeated = a != kv and not gqa_native
+        if repeated:
             k = ctx.new(b * a * sq * d, k.bpe, k.rg)
             v = ctx.new(b * a * sq * d, v.bpe, v.rg)
         if s.attention_dropout > 0.0 and impl == "sdpa" and spec.device == "cpu":
-            return self._sdpa_math(q, k, v, comp)
+            return self._sdpa_math(q, k, v, comp, v_contiguous=repeated)
         # CUDA's flash and memory-efficient kernels apply dropout inside the kernel and recompute the mask in
         # the backward from the RNG seed and offset, which torch 2.13 keeps as two 0-d int64 *host* tensors
         # (``at::scalar_tensor(seed, at::dtype(at::kLong))`` in flash_api.cpp mha_fwd and in
@@ -425,7 +426,7 @@ class _Block:
         # transposes it back and reshapes: for the CPU kernel the result is already contiguous in (b, s, a, d).
         return out.view(b * sq * a * d)
 
-    def _sdpa_math(self, q: _T, k: _T, v: _T, comp: str) -> _T:
+    def _sdpa_math(self, q: _T, k: _T, v: _T, comp: str, *, v_contiguous: bool) -> _T:
         """CPU ``scaled_dot_product_attention`` with ``dropout_p > 0``: torch 2.13's CPU flash kernel has no
         dropout (``check_for_dropout`` in sdp_utils_cpp), so sdpa runs the composite
         ``_scaled_dot_product_attention_math``, in fp32 whatever the input dtype (bf16/fp16 q, k, v are
@@ -434,12 +435,17 @@ class _Block:
             q' = q * sqrt(scale); k' = repeat_kv(k)^T * sqrt(scale)      # new fp32 (b*a, s, d): the bmm saves both
             p  = _safe_softmax(q' @ k')                                  # saves its output, fp32 b*a*s*s
             p  = dropout(p)                                              # CPU: the fp32 noise, b*a*s*s
-            o  = p @ v'                                                  # saves the dropped p and v' (fp32 copy)
+            o  = p @ v'                                                  # saves the dropped p and v'
             o.to(q.dtype), then transformers' transpose(1, 2).contiguous()
 
         Saved per layer: 3 fp32 (b, a, s, d) tensors + 3 fp32 (b, a, s, s) tensors, the O(s^2) that the fused
         kernel avoids. A padding mask is added in place (not saved). Checked against a real step: GPT-2
         (b=2, s=24, a=4, d=16, fp32) keeps 3 * 12,288 + 3 * 18,432 = 92,160 B in ``attn``.
+
+        v' is the bmm's (b*a, s, d) operand: a copy (v.float(), the GQA repeat_interleave, or the reshape of a
+        transposed view), except for an fp32 v that reshapes as a view: v already contiguous (transformers'
+        repeat_kv), or batch 1, where (1, a, s, d) -> (a, s, d) only drops a dimension. Then v' keeps v's
+        whole storage: for GPT-2 at batch 1 the 3h-wide c_attn output (T*3h*4 B, not T*h*4).
         """
         ctx, s, spec = self.ctx, self.s, self.spec
         b, sq, a, d = spec.batch, spec.seq, s.n_heads, s.head_dim
@@ -454,7 +460,11 @@ class _Block:
         sc = ctx.op((qs, ks), ctx.new(scores, FP32, rg))
         p = ctx.unary_saving_output(sc, f"{comp}/scores")
         p = self.dropout(p, s.attention_dropout, f"{comp}/dropout")
-        vv = ctx.new(n, FP32, v.rg)  # value_acc as bmm's contiguous (b*a, s, d) operand: a copy
+        math_repeat = s.n_heads != s.n_kv_heads and not v_contiguous  # enable_gqa: repeat_interleave inside
+        if v.bpe == FP32 and not math_repeat and (v_contiguous or spec.batch == 1):
+            vv = v  # a view of v's storage
+        else:
+            vv = ctx.new(n, FP32, v.rg)  # a contiguous fp32 copy
         if p.rg:
             ctx.save(vv, f"{comp}/pv")
         if vv.rg:
