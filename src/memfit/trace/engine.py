@@ -49,7 +49,7 @@ from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
 from memfit.measure.step import make_optimizer, make_scaler, run_step
 from memfit.measure.tracker import CATEGORIES, LiveTensorTracker
-from memfit.trace.cuda import CudaAutocastFloat32, cuda_attention, round_cuda, use_foreach
+from memfit.trace.cuda import CudaAutocastFloat32, CudaDropout, cuda_attention, round_cuda, use_foreach
 from memfit.trace.fake import fake_model
 from memfit.trace.result import ModuleBytes, TraceResult
 from memfit.trace.scopes import ModuleScopes, SavedTensorLedger, layer_index
@@ -185,6 +185,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         stack.enter_context(_known_inputs())
         if is_cuda:
             stack.enter_context(cuda_attention())
+            stack.enter_context(CudaDropout())
             if spec.is_mixed:
                 stack.enter_context(CudaAutocastFloat32())
         stack.enter_context(tracker)
