@@ -14,7 +14,7 @@ from memfit.cli._app import app
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, resolve_config
-from memfit.report import console, err_console, print_json
+from memfit.report import console, err_console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
@@ -22,11 +22,13 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output"
 @app.command("trace")
 @spec_options()
 def trace_command(
-    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
+                                                "Hub id; or the model a --config names")] = None,
     json_out: JsonFlag = False,
     top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
     """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
     holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one."""
@@ -37,6 +39,8 @@ def trace_command(
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
     from memfit.trace.engine import check_trace_spec, trace_step
 
+    if model is None:
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     check_trace_spec(spec)
     config = load_config(model)
     estimate = _estimate(model, spec)
@@ -46,8 +50,12 @@ def trace_command(
         result = trace_step(config, spec, name=model,
                             progress=lambda msg: progress.update(task, description=msg))
     if json_out:
-        print_json(trace_json(result, estimate))
+        out = trace_json(result, estimate)
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
         return
+    print_config_import(config_import)
     console.print(trace_table(result, estimate))
     console.print(module_table(result, top=top))
     console.print(saved_table(result))
