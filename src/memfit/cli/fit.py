@@ -114,8 +114,15 @@ def _write(result: Any, config_import: Any, path: str, force: bool) -> Any:
     files = [f for f in config_import.imported.files if f.referenced_by is None]
     trainers = [f for f in files if f.kind in ("axolotl", "llamafactory", "trl", "hf-trainer", "torchtune")]
     source = (trainers or files)[0]
-    changes = {k: tuple(v) for k, v in setup_changes(result.initial, result.final).items()}
-    reasons: dict[str, str] = {}
+    # the planned run against what the file says: the plan's steps and the flags given on the command line
+    written, final = config_import.file_spec.to_dict(), result.final.spec.to_dict()
+    changes = {k: (written[k], v) for k, v in final.items() if v != written[k] and k != "gpu"}
+    plan = setup_changes(result.initial, result.final)
+    changes.update({k: tuple(plan[k]) for k in ("sharding", "packing") if k in plan})
+    settings = config_import.imported.settings
+    if settings.get("seq_unbounded") and "seq" not in settings:  # max_seq_len null: write the length planned for
+        changes["seq"] = (None, final["seq"])
+    reasons = {k: f"{k} {old} -> {new}, set on the command line" for k, (old, new) in changes.items()}
     previous = result.initial
     for i, step in enumerate(result.steps, 1):
         for name, (old, new) in setup_changes(previous, step.setup).items():

@@ -46,6 +46,7 @@ class SpecImport:
     """The RunSpec built from the imported settings, and the rows with their final status."""
 
     spec: RunSpec
+    file_spec: RunSpec  # before the command-line flags: what the files alone describe
     imported: ImportedRun
     rows: tuple[ConfigRow, ...]
     model: str | None
@@ -128,13 +129,12 @@ def to_spec(imported: ImportedRun, *, base: RunSpec | None = None, explicit: Map
         values["targets"] = tuple(values["targets"])
     if "modules_to_save" in values:
         values["modules_to_save"] = tuple(values["modules_to_save"])
-    spec = _build(base or RunSpec(), values, imported)
-    if explicit:
-        spec = spec.with_(**explicit)
+    file_spec = _build(base or RunSpec(), values, imported)
+    spec = file_spec.with_(**explicit) if explicit else file_spec
     rows = _final_rows(imported, settings, fields, accepts, explicit, spec, precision, method)
     unused = {k: v for k, v in settings.items() if k not in fields and k not in DERIVED_INPUTS and k not in NOT_SPEC}
     model = imported.model.value if imported.model else None
-    return SpecImport(spec=spec, imported=imported, rows=rows, model=model,
+    return SpecImport(spec=spec, file_spec=file_spec, imported=imported, rows=rows, model=model,
                       applied={k: v for k, v in values.items() if k not in explicit}, unused=unused)
 
 

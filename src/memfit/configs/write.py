@@ -128,13 +128,20 @@ def _trainer(doc: Document, name: str, new: Any, after: Mapping[str, Any], impor
             kw = f"{field}_kwargs"
             return [((field,), True), ((kw,), {"every_n_layers": after.get("checkpoint_every", 2)})]
         raise NotWritable(f"the Trainer has no {new} checkpointing")
+    if name == "checkpoint_every":
+        field = "activation_checkpointing" if _has(doc, "activation_checkpointing") else "gradient_checkpointing"
+        return [((f"{field}_kwargs",), {"every_n_layers": new})]
     if name == "loss" and new == "chunked":
         return [(("use_liger_kernel",), True)]
     if trl and name == "method" and new in ("lora", "qlora"):
         out: Writes = [(("use_peft",), True)]
         if new == "qlora" or _has(doc, "load_in_4bit"):
             out.append((("load_in_4bit",), new == "qlora"))
+        if new == "qlora":  # TRL's use_bnb_nested_quant defaults to False, memfit's plan says
+            out.append((("use_bnb_nested_quant",), bool(after.get("double_quant", True))))
         return out
+    if trl and name == "double_quant":
+        return [(("use_bnb_nested_quant",), bool(new))]
     if trl and name == "attention":
         return [(("attn_implementation",), {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}[new])]
     if trl and name == "offload" and new:
@@ -155,7 +162,12 @@ def _llamafactory(doc: Document, name: str, new: Any, after: Mapping[str, Any], 
             out.append((("lora_alpha",), after.get("alpha")))
         return out
     if name == "method" and new == "qlora":
-        return [(("quantization_bit",), 4)]
+        out = [(("quantization_bit",), 4)]
+        if not after.get("double_quant", True):  # LLaMA-Factory's double_quantization defaults to True
+            out.append((("double_quantization",), False))
+        return out
+    if name == "double_quant":
+        return [(("double_quantization",), bool(new))]
     if name == "method" and new == "lora":
         return [(("finetuning_type",), "lora")]
     if name == "loss" and new == "chunked":
@@ -226,6 +238,8 @@ def write_fixed(source: str | Path, kind: str, changes: Mapping[str, Change], re
     edits: list[Edit] = []
     skipped: list[str] = []
     for name, (old, new) in changes.items():
+        if name == "checkpoint_every" and after.get("checkpointing") != "every-k":
+            continue  # k means nothing unless every k-th block is checkpointed
         reason = reasons.get(name, f"{name} {old} -> {new}")
         origin = imported.row_of(name)
         if origin is not None and not origin.default and Path(origin.file) != Path(source):
@@ -238,7 +252,9 @@ def write_fixed(source: str | Path, kind: str, changes: Mapping[str, Change], re
         except NotWritable as exc:
             skipped.append(f"{name} {old} -> {new}: " + (str(exc) or f"{kind} has no field for it; set it by hand"))
             continue
-        edits += [Edit(setting=name, field=".".join(path), value=value, reason=reason) for path, value in writes]
+        edits += [Edit(setting=name, field=".".join(path), value=value, reason=reason) for path, value in writes
+                  if not (_has(doc, *path) and _get(doc, *path) == value and type(_get(doc, *path)) is type(value))]
+    edits = list({e.field: e for e in edits}.values())
     text = _edit_json(doc, edits) if doc.format == "json" else _edit_yaml(doc, edits)
     _atomic_write(target, text)
     return WriteResult(path=target, source=doc.path, kind=kind, edits=tuple(edits), not_written=tuple(skipped))

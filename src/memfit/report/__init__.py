@@ -31,7 +31,9 @@ def print_config_import(config_import: Any) -> None:
     """The ``--config`` import table and the spec it gave (nothing without ``--config``)."""
     if config_import is None:
         return
-    from memfit.report.configs import config_import_table, spec_line
+    from memfit.report.configs import config_import_notes, config_import_table, spec_line
 
     console.print(config_import_table(config_import))
-    console.print(f"run from the config: {spec_line(config_import)}", highlight=False)
+    for line in config_import_notes(config_import):
+        console.print(line, highlight=False, markup=False)
+    console.print(f"run from the config: {spec_line(config_import)}", highlight=False, markup=False)
