@@ -80,12 +80,17 @@ def tiny_run(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_measure_and_trace_read_the_config(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_measure_reads_the_config(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """measure's own --batch / --seq sweeps take the config's values when not given."""
     assert main(["measure", "--config", str(tiny_run), "--steps", "1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     (point,) = d["runs"]
     assert (point["batch"], point["seq"]) == (2, 64)
     assert any(r["field"] == "per_device_train_batch_size" for r in d["config_import"])
+
+
+@pytest.mark.slow
+def test_trace_reads_the_config(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["trace", "--config", str(tiny_run), "--json"]) == 0
     t = json.loads(capsys.readouterr().out)
     assert t["spec"]["batch"] == 2 and t["spec"]["device"] == "cpu" and t["config_import"]

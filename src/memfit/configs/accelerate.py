@@ -64,20 +64,20 @@ def _deepspeed(r: Reader, cfg: dict[str, Any]) -> None:
     if cfg.get("deepspeed_config_file"):
         r.out.references.append(_reference(r, "deepspeed_config.deepspeed_config_file",
                                            str(cfg["deepspeed_config_file"])))
-        r._row("deepspeed_config.deepspeed_config_file", "setting", setting="reference",
+        r.row("deepspeed_config.deepspeed_config_file", "setting", setting="reference",
                memfit_value=cfg["deepspeed_config_file"], value=cfg["deepspeed_config_file"],
                note="read as a deepspeed config")
     if "zero_stage" in cfg:
         stage = STAGES.get(int(cfg["zero_stage"]), "zero3")
-        r._row("deepspeed_config.zero_stage", "setting", setting="sharding", memfit_value=stage,
+        r.row("deepspeed_config.zero_stage", "setting", setting="sharding", memfit_value=stage,
                value=cfg["zero_stage"])
         r.also("sharding", stage)
     for key, setting in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_params")):
         if cfg.get(key) not in (None, "none"):
-            r._row(f"deepspeed_config.{key}", "setting", setting=setting, memfit_value=cfg[key], value=cfg[key])
+            r.row(f"deepspeed_config.{key}", "setting", setting=setting, memfit_value=cfg[key], value=cfg[key])
             r.also(setting, cfg[key])
     if "gradient_accumulation_steps" in cfg:
-        r._row("deepspeed_config.gradient_accumulation_steps", "setting", setting="grad_accum",
+        r.row("deepspeed_config.gradient_accumulation_steps", "setting", setting="grad_accum",
                memfit_value=cfg["gradient_accumulation_steps"], value=cfg["gradient_accumulation_steps"])
         r.also("grad_accum", int(cfg["gradient_accumulation_steps"]))
 
@@ -98,16 +98,16 @@ def _fsdp(r: Reader, cfg: dict[str, Any]) -> None:
     stage = fsdp_stage(raf)
     field = next((f"fsdp_config.{k}" for k in ("fsdp_reshard_after_forward", "fsdp_sharding_strategy") if k in cfg),
                  "fsdp_config")
-    r._row(field, "setting", setting="sharding", memfit_value=stage, value=cfg.get(field.split(".")[-1], raf),
+    r.row(field, "setting", setting="sharding", memfit_value=stage, value=cfg.get(field.split(".")[-1], raf),
            note=f"FSDP{version}" + ("" if field != "fsdp_config" else f" default {raf!r}"))
     r.also("sharding", stage)
     if str(raf).upper().startswith("HYBRID"):
         r.out.rows[-1] = _with_note(r.out.rows[-1], "hybrid sharding: sharded within a node, replicated across nodes")
     if _true(cfg.get("fsdp_offload_params")):
-        r._row("fsdp_config.fsdp_offload_params", "setting", setting="offload_params", memfit_value=True, value=True)
+        r.row("fsdp_config.fsdp_offload_params", "setting", setting="offload_params", memfit_value=True, value=True)
         r.also("offload_params", True)
     if _true(cfg.get("fsdp_activation_checkpointing")):
-        r._row("fsdp_config.fsdp_activation_checkpointing", "setting", setting="checkpointing", memfit_value="full",
+        r.row("fsdp_config.fsdp_activation_checkpointing", "setting", setting="checkpointing", memfit_value="full",
                value=True)
         r.also("checkpointing", "full")
 

@@ -94,7 +94,7 @@ def read_axolotl(doc: Document) -> FileReading:
               note="micro_batch_size x sequence_len real tokens per step (core/trainers/base.py:380)")
     elif r.has("sample_packing"):
         r.set("packing", False, "sample_packing")
-    trainer.optimizer_setting(r, "optimizer", "optimizer")
+    trainer.optimizer_setting(r, "optimizer")
     _precision(r)
     _checkpointing(r)
     _attention(r)

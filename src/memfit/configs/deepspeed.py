@@ -56,15 +56,15 @@ def read_deepspeed(doc: Document, *, prefix: KeyPath = (), data: Mapping[str, An
         device = (zero.get(key) or {}).get("device", "none") if isinstance(zero.get(key), dict) else "none"
         if device not in ("none", None, "auto"):
             r.also(setting, device)
-            r._row(f"zero_optimization.{key}", "setting", setting=setting, memfit_value=device,
+            r.row(f"zero_optimization.{key}", "setting", setting=setting, memfit_value=device,
                    value=zero.get(key))
     for key in BUFFERS:
         if key in zero and zero[key] != "auto":
-            r._row(f"zero_optimization.{key}", "NOT MODELLED", value=zero[key],
+            r.row(f"zero_optimization.{key}", "NOT MODELLED", value=zero[key],
                    note="communication / prefetch buffers: memfit does not model them")
     for key in ("zero_quantized_weights", "zero_quantized_gradients", "zero_hpz_partition_size"):
         if zero.get(key) not in (None, False, 0, 1, "auto"):
-            r._row(f"zero_optimization.{key}", "NOT MODELLED", value=zero[key], note="ZeRO++")
+            r.row(f"zero_optimization.{key}", "NOT MODELLED", value=zero[key], note="ZeRO++")
     for key, setting in (("train_micro_batch_size_per_gpu", "batch"), ("gradient_accumulation_steps", "grad_accum")):
         value = r.get(key)
         if not r.has(key):

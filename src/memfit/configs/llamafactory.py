@@ -52,7 +52,7 @@ NOT_MODELLED = {
 def read_llamafactory(doc: Document) -> FileReading:
     r = Reader(doc, "llamafactory", load_schema("llamafactory"), label="LLaMA-Factory")
     trainer.trainer_common(r)
-    trainer.optimizer_setting(r, "optim", "optim")
+    trainer.optimizer_setting(r, "optim")
     r.model("model_name_or_path")
     stage = r.get("stage")
     if stage not in ("sft", "pt"):

@@ -30,7 +30,7 @@ def read_peft(doc: Document) -> FileReading:
     peft_type = str(doc.data.get("peft_type") or "LORA").upper()
     if peft_type != "LORA":
         r = Reader(doc, "peft", load_schema("peft"), data={}, label="PEFT")
-        r._row("peft_type", "NOT MODELLED", value=doc.data.get("peft_type"),
+        r.row("peft_type", "NOT MODELLED", value=doc.data.get("peft_type"),
                note=f"a {peft_type} adapter: memfit models LoRA; its fields are not read")
         return r.finish()
     r = Reader(doc, "peft", load_schema("peft"), label="PEFT")

@@ -134,7 +134,7 @@ class Reader:
 
     # ---- rows -------------------------------------------------------------------------------------------
 
-    def _row(self, name: str, status: Status, *, setting: str | None = None, memfit_value: Any = None,
+    def row(self, name: str, status: Status, *, setting: str | None = None, memfit_value: Any = None,
              note: str = "", default: bool = False, value: Any = _MISSING) -> int:
         shown = ".".join((*self.prefix, name)) if self.prefix else name
         self.out.rows.append(ConfigRow(
@@ -151,7 +151,7 @@ class Reader:
         if present:
             first = None
             for f in present:
-                i = self._row(f, "setting", setting=setting, memfit_value=shown, note=note)
+                i = self.row(f, "setting", setting=setting, memfit_value=shown, note=note)
                 first = i if first is None else first
             assert first is not None
             self.out.settings.append(Setting(name=setting, value=value, row=first, explicit=True))
@@ -159,7 +159,7 @@ class Reader:
             spec = self._spec(fields[0])
             src = f" ({spec.source})" if spec is not None and spec.source else ""
             default_note = f"{self.schema.version} default{src}" + (f"; {note}" if note else "")
-            i = self._row(fields[0], "setting", setting=setting, memfit_value=shown, note=default_note, default=True)
+            i = self.row(fields[0], "setting", setting=setting, memfit_value=shown, note=default_note, default=True)
             self.out.settings.append(Setting(name=setting, value=value, row=i, explicit=False))
 
     def also(self, setting: str, value: Any) -> None:
@@ -180,12 +180,12 @@ class Reader:
         self.claimed.add(name.split(".")[0])
         value = self.get(name)
         on = active(value) if active else _is_on(value, self._spec(name))
-        self._row(name, "NOT MODELLED" if on else "ignored", note=note if on else "off")
+        self.row(name, "NOT MODELLED" if on else "ignored", note=note if on else "off")
 
     def ignore(self, name: str, note: str = "no memory effect") -> None:
         if self.has(name):
             self.claimed.add(name.split(".")[0])
-            self._row(name, "ignored", note=note)
+            self.row(name, "ignored", note=note)
 
     def reference(self, name: str, kind: str) -> None:
         """``deepspeed: ds.json`` (or an inline mapping): the importer reads it as a ``kind`` config."""
@@ -199,7 +199,7 @@ class Reader:
             return
         self.out.references.append(Reference(kind=kind, value=value, file=str(self.doc.path), line=self.line(name),
                                              field=".".join((*self.prefix, name)), prefix=self.prefix + (name,)))
-        self._row(name, "setting", setting="reference", memfit_value=value if isinstance(value, str) else "inline",
+        self.row(name, "setting", setting="reference", memfit_value=value if isinstance(value, str) else "inline",
                   note=f"read as a {kind} config", value=value if isinstance(value, str) else "{...}")
 
     def model(self, name: str, value: Any = _MISSING) -> None:
@@ -210,7 +210,7 @@ class Reader:
         if not isinstance(v, str) or not v:
             return
         self.out.model = ModelRef(value=v, file=str(self.doc.path), line=self.line(name), field=name)
-        self._row(name, "setting", setting="model", memfit_value=v)
+        self.row(name, "setting", setting="model", memfit_value=v)
 
     def claim(self, *names: str) -> None:
         self.claimed.update(n for n in names if self.has(n))
@@ -219,7 +219,7 @@ class Reader:
         """Every other field of the file: ignored. Rows in file order, defaults after."""
         for key in self.values:
             if key not in self.claimed:
-                self._row(key, "ignored", note=ignored_note)
+                self.row(key, "ignored", note=ignored_note)
         rows = self.out.rows
         order = sorted(range(len(rows)), key=lambda i: (rows[i].default, rows[i].line or 1 << 30, i))
         new_index = {old: new for new, old in enumerate(order)}

@@ -109,7 +109,7 @@ def read_torchtune(doc: Document) -> FileReading:
     if "max_seq_len" in tok and tok["max_seq_len"] is not None:
         r.set("seq", _int(r, "tokenizer.max_seq_len", tok["max_seq_len"]), "tokenizer.max_seq_len")
     else:
-        r._row("tokenizer.max_seq_len" if "max_seq_len" in tok else "tokenizer", "NOT MODELLED",
+        r.row("tokenizer.max_seq_len" if "max_seq_len" in tok else "tokenizer", "NOT MODELLED",
                value=tok.get("max_seq_len"), note="null: no truncation, the collator pads to the batch's longest "
                "example, which sets the peak; pass --seq (its tokens)")
         r.also("seq_unbounded", True)
@@ -161,7 +161,7 @@ def _model(r: Reader) -> None:
     try:
         fn, args = builder(component)
     except KeyError:
-        r._row("model._component_", "NOT MODELLED", value=component,
+        r.row("model._component_", "NOT MODELLED", value=component,
                note="not a torchtune 0.6.1 model builder: pass MODEL (a config.json) to memfit")
         _checkpoint_dir(r, None)
         return
@@ -173,7 +173,7 @@ def _model(r: Reader) -> None:
     args = {**args, **{k: v for k, v in model.items() if k != "_component_"}}
     lora = fn.startswith("lora_")
     arch = fn[5:] if lora else fn
-    r._row("model._component_", "setting", setting="adapter", memfit_value="lora" if lora else "none",
+    r.row("model._component_", "setting", setting="adapter", memfit_value="lora" if lora else "none",
            value=component, note=f"builder {fn}" + (" (quantize_base)" if args.get("quantize_base") else ""))
     r.also("adapter", "lora" if lora else "none")
     if lora:
@@ -286,10 +286,10 @@ def _optimizer(r: Reader) -> None:
     if name == "sgd" and float(opt.get("momentum", 0) or 0) > 0:
         name = "sgd-momentum"
     if name is None:
-        r._row("optimizer._component_", "NOT MODELLED", value=comp,
+        r.row("optimizer._component_", "NOT MODELLED", value=comp,
                note="memfit models AdamW (torch, bitsandbytes 8-bit, torchao 8-bit) and SGD")
         return
-    r._row("optimizer._component_", "setting", setting="optimizer", memfit_value=name, value=comp,
+    r.row("optimizer._component_", "setting", setting="optimizer", memfit_value=name, value=comp,
            note="fused=True" if opt.get("fused") else "")
     r.also("optimizer", name)
     r.also("optimizer_impl", comp + (" (fused)" if opt.get("fused") else ""))
@@ -302,11 +302,11 @@ def _loss(r: Reader) -> None:
         return
     comp = str(loss.get("_component_"))
     if comp == CHUNKED_LOSS:
-        r._row("loss._component_", "NOT MODELLED", value=comp,
+        r.row("loss._component_", "NOT MODELLED", value=comp,
                note="the output projection in 8 chunks: bf16 logits kept, fp32 upcast one chunk at a time; memfit "
                     "keeps loss=standard (full fp32 logits): an over-estimate of the logits")
     elif comp in ("torch.nn.CrossEntropyLoss", "torchtune.modules.loss.CrossEntropyLoss"):
-        r._row("loss._component_", "setting", setting="loss", memfit_value="standard", value=comp)
+        r.row("loss._component_", "setting", setting="loss", memfit_value="standard", value=comp)
         r.also("loss", "standard")
     else:
-        r._row("loss._component_", "NOT MODELLED", value=comp, note="a loss memfit does not know")
+        r.row("loss._component_", "NOT MODELLED", value=comp, note="a loss memfit does not know")

@@ -53,7 +53,7 @@ OPTIMIZERS: dict[str, tuple[str, str]] = {
 }
 
 
-def optimizer_setting(r: Reader, name: str, field: str, default: str | None = DEFAULT_OPTIM) -> None:
+def optimizer_setting(r: Reader, field: str, default: str | None = DEFAULT_OPTIM) -> None:
     """``optim`` -> memfit ``optimizer`` (when memfit models it) and ``optimizer_impl``."""
     value = r.get(field, default)
     if value is None:
@@ -168,7 +168,7 @@ def read_fsdp_mapping(r: Reader, config: dict[str, Any], field: str) -> None:
     raf = cfg.get("reshard_after_forward", True if version == 2 else "full_shard")
     stage = fsdp_stage(raf)
     r.also("sharding", stage)
-    r._row(field, "setting", setting="sharding", memfit_value=stage,
+    r.row(field, "setting", setting="sharding", memfit_value=stage,
            note=f"FSDP{version} reshard_after_forward={raf!r}", value=dict(config))
     if _truthy(cfg.get("cpu_offload")) or _truthy(cfg.get("offload_params")):
         r.also("offload_params", True)

@@ -54,11 +54,11 @@ def read_trl(doc: Document, *, kind: str = "trl", live: bool = False) -> FileRea
         data = {k: v for k, v in doc.data.items() if k != "env"}
         r = Reader(doc, kind, load_schema("trl"), data=data, label="TRL")
         if "env" in doc.data:
-            r._row("env", "ignored", note="environment variables TrlParser sets", value=doc.data["env"])
+            r.row("env", "ignored", note="environment variables TrlParser sets", value=doc.data["env"])
     else:
         r = Reader(doc, kind, load_schema("transformers"), label="TrainingArguments")
     trainer.trainer_common(r)
-    trainer.optimizer_setting(r, "optim", "optim")
+    trainer.optimizer_setting(r, "optim")
     trainer.checkpointing_settings(r)
     trainer.autocast_setting(r, bf16_default=None if kind == "trl" else False)
     if kind == "trl":
