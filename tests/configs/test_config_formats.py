@@ -124,6 +124,11 @@ def test_each_format_has_two_real_shaped_files() -> None:
     assert set(kinds) == {"axolotl", "trl", "llamafactory", "torchtune", "peft", "deepspeed", "accelerate"}
 
 
+def test_a_peft_adapter_folder_reads_its_adapter_config() -> None:
+    run = import_configs([FILES / "adapter_all_linear"])
+    assert run.files[0].kind == "peft" and run.settings["rank"] == 64
+
+
 def test_references_are_followed_and_reported() -> None:
     """axolotl's ``deepspeed: ds_zero2.json`` is read as DeepSpeed after it; the row names the file read."""
     run = import_configs([FILES / "axolotl_full_deepspeed.yml"])

@@ -177,6 +177,9 @@ def _final_rows(imported: ImportedRun, settings: Mapping[str, Any], fields: froz
         if target in explicit:
             out.append(replace(row, note=_join(row.note, f"--{target.replace('_', '-')} on the command line wins")))
             continue
+        if name == "optimizer" and "optimizer_impl" in settings and "optimizer_impl" not in fields:
+            row = replace(row, note=_join(row.note, f"the implementation ({settings['optimizer_impl']}) is NOT "
+                                                    "MODELLED: RunSpec has no optimizer_impl yet"))
         if name in DERIVED_INPUTS:
             shown = precision if target == "precision" else method
             out.append(replace(row, note=_join(row.note, f"{target} {shown}")) if shown else row)

@@ -67,9 +67,11 @@ def load_document(path: str | Path) -> Document:
     p = Path(path)
     if not p.exists():
         raise MemfitError(f"no config file at {p}: check the path given to --config")
+    if p.is_dir() and (p / "adapter_config.json").is_file():  # a saved PEFT adapter's folder
+        p = p / "adapter_config.json"
     if p.is_dir():
         raise MemfitError(f"{p} is a directory: pass the config file itself to --config "
-                          "(for a PEFT adapter, its adapter_config.json)")
+                          "(a PEFT adapter's folder works when it holds adapter_config.json)")
     try:
         raw = p.read_bytes()[: MAX_BYTES + 1]
     except OSError as exc:
