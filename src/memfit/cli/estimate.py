@@ -14,7 +14,7 @@ from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, estimate_memory, resolve_model, rule_of_thumb_activation_bytes
-from memfit.report import console, print_json
+from memfit.report import console, print_config_import, print_json
 from memfit.report.estimate import (
     estimate_table,
     explain_table,
@@ -47,8 +47,9 @@ def _model_positional(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_model_positional
 @spec_options()
 def estimate_command(
-    model: str | None = typer.Argument(None, help="catalogue name, config.json path, or a directory with one "
-                                       "(not needed with --rule-of-thumb)"),
+    model: str | None = typer.Argument(None, help="catalogue name, config.json path or a directory with one, or a "
+                                       "Hub id (org/name, from the local HF cache); not needed with --rule-of-thumb "
+                                       "or a --config that names the model"),
     json_out: JsonFlag = False,
     explain: Annotated[bool, typer.Option("--explain", help="show the formula and numbers behind each figure")]
     = False,
@@ -60,6 +61,7 @@ def estimate_command(
     force: ForceOption = False,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
     """Predict the peak memory of one training step of MODEL and where every byte goes."""
     if rule_of_thumb and html is not None:
@@ -79,12 +81,17 @@ def estimate_command(
             console.print(rule_of_thumb_text(layers, hidden, spec.batch, spec.seq, value), highlight=False)
         return
     if model is None:
-        raise MemfitError("pass a MODEL (see `memfit models`), or --rule-of-thumb with --layers and --hidden")
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id), a --config that names "
+                          "one, or --rule-of-thumb with --layers and --hidden")
     est = estimate_memory(resolve_model(model), spec)
     write_html(html, "estimate", est.to_dict(), force)
     if json_out:
-        print_json(est.to_dict())
+        out = est.to_dict()
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
         return
+    print_config_import(config_import)
     console.print(estimate_table(est))
     console.print(states_table(est))
     console.print(rule_of_thumb_line(est), highlight=False)

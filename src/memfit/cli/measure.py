@@ -5,7 +5,7 @@ see the ``Annotated`` option objects, not strings.
 """
 
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,7 +14,7 @@ from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_config
-from memfit.report import console, err_console, print_json
+from memfit.report import console, err_console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 MEASURE_CHECKPOINTING = ("none", "full", "every-k", "both")
@@ -60,7 +60,8 @@ def pick_device(device: str | None) -> str:
 @app.command("measure")
 @spec_options(exclude=("batch", "seq", "checkpointing", "device"))
 def measure_command(
-    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
+                                                "Hub id; or the model a --config names")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", help="micro-batch sizes, e.g. 1,2,4")] = "1,2,4",
     seq: Annotated[str, typer.Option("--seq", "-s", help="sequence lengths, e.g. 512,1024")] = "512",
     checkpointing: Annotated[str, typer.Option(
@@ -79,6 +80,7 @@ def measure_command(
     force: ForceOption = False,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
     """Run real training steps (random weights, random tokens) and measure peak memory and time per step.
 
@@ -88,6 +90,8 @@ def measure_command(
     """
     from memfit.units import parse_size
 
+    if model is None:
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
     if checkpointing not in MEASURE_CHECKPOINTING:
@@ -133,8 +137,12 @@ def measure_command(
         measure_plot(result, plot)
     write_html(html, "measure", result.to_dict(), force)
     if json_out:
-        print_json(result.to_dict())
+        out = result.to_dict()
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
         return
+    print_config_import(config_import)
     from memfit.report.measure import measure_report
 
     console.print(measure_report(result))

@@ -15,7 +15,7 @@ from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import spec_options
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, resolve_config
-from memfit.report import console, err_console, print_json
+from memfit.report import console, err_console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
@@ -23,13 +23,15 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output"
 @app.command("trace")
 @spec_options()
 def trace_command(
-    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
+                                                "Hub id; or the model a --config names")] = None,
     json_out: JsonFlag = False,
     top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
     html: HtmlOption = None,
     force: ForceOption = False,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
     """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
     holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one."""
@@ -40,6 +42,8 @@ def trace_command(
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
     from memfit.trace.engine import check_trace_spec, trace_step
 
+    if model is None:
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     check_trace_spec(spec)
     check_html(html, force)
     config = load_config(model)
@@ -51,8 +55,12 @@ def trace_command(
                             progress=lambda msg: progress.update(task, description=msg))
     write_html(html, "trace", trace_json(result, estimate), force)
     if json_out:
-        print_json(trace_json(result, estimate))
+        out = trace_json(result, estimate)
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
         return
+    print_config_import(config_import)
     console.print(trace_table(result, estimate))
     console.print(module_table(result, top=top))
     console.print(saved_table(result))

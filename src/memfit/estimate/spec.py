@@ -21,6 +21,8 @@ non-quantised parameters (norms, embeddings, lm_head) to fp32.
 
 from __future__ import annotations
 
+import importlib
+import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, get_args
 
@@ -119,6 +121,35 @@ class RunSpec:
         d["targets"] = list(self.targets)
         d["modules_to_save"] = list(self.modules_to_save)
         return d
+
+    @classmethod
+    def from_config(cls, *paths: str | os.PathLike[str], **overrides: Any) -> RunSpec:
+        """The run described by the user's training config(s): axolotl, LLaMA-Factory, TRL ``SFTConfig`` /
+        ``TrainingArguments`` YAML or JSON, torchtune, PEFT ``adapter_config.json``, DeepSpeed, accelerate
+        (several files merge, later ones win; ``KIND:PATH`` names the kind), with each framework's defaults
+        where a file is silent and ``overrides`` winning over every file.
+
+        >>> RunSpec.from_config("qlora.yml", batch=1).batch  # doctest: +SKIP
+        1
+
+        The readers live in :mod:`memfit.configs`, a layer above this package: imported when called.
+        """
+        configs = importlib.import_module("memfit.configs")
+        spec: RunSpec = configs.spec_from_files(paths, overrides).spec
+        return spec
+
+    @classmethod
+    def from_training_args(cls, args: Any = None, model_config: Any = None, peft_config: Any = None,
+                           **overrides: Any) -> RunSpec:
+        """The run of live objects: a transformers ``TrainingArguments`` or TRL ``SFTConfig``, the model's
+        ``PretrainedConfig`` (the dtype it was loaded in, its attention kernel and quantization) and a PEFT
+        ``LoraConfig``; attributes are read, nothing is called. ``overrides`` win.
+
+        >>> RunSpec.from_training_args(args, model.config, lora_config)  # doctest: +SKIP
+        """
+        configs = importlib.import_module("memfit.configs")
+        spec: RunSpec = configs.spec_from_objects(args, model_config, peft_config, overrides).spec
+        return spec
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
