@@ -3,8 +3,6 @@ call of the estimate (``estimate_memory``) and hand-worked figures."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from memfit.advise import DataProfile, Headroom, fit
@@ -137,8 +135,12 @@ def test_seq_step_with_data_reports_the_truncation() -> None:
     cut = sum(1 for n in lengths if n > L)
     assert f"truncates {cut:,} of 1,000" in seq_step.cost
     packing = next(s for s in report.steps if s.action == "packing")
-    # 4 rows at 30% padding carry 2.8 rows of real tokens: 2.8 / 0.99 -> 3 packed rows
-    assert packing.setup.spec.batch == math.ceil(4 * 0.7 / 0.99) == 3
+    # the effective batch kept: 4 examples of mean (4 + 4000) / 2 = 2002 tokens (all below 4032) fill
+    # 4 x 2002 / (4032 x 0.99) = 2.006 packed rows -> 2 rows, one micro-step of 2
+    assert packing.setup.packing and packing.setup.spec.seq == 4032
+    assert round(4 * 2002 / (4032 * 0.99)) == 2
+    assert (packing.setup.spec.batch, packing.setup.spec.grad_accum) == (2, 1)
+    assert "4 examples x mean 2,002.0 tokens = 8,008 tokens" in packing.cost
 
 
 def test_sharding_over_gpus_makes_a_full_fine_tune_fit() -> None:

@@ -18,7 +18,9 @@ checkpointing          (3F + F) / 3F = 4/3 ~ 1.33: every block's forward runs ag
 micro-batch b -> b'    (1 + T0/(b' s)) / (1 + T0/(b s)), T0 = 256 tokens: each micro-step pays a fixed
                        overhead (kernel launches, reading every weight once) worth ~T0 tokens of compute.
                        ASSUMED, not measured: small micro-batches lose some GPU utilisation.
-packing                (1 - waste_random) / (1 - waste_packed) < 1: the same real tokens in fewer rows.
+packing                tokens processed packed / padded, the same examples per optimizer step: R rows of s
+                       tokens against E examples padded to P0 = mean / (1 - waste_random) tokens each,
+                       R x s / (E x P0) < 1 (:func:`memfit.advise.plan.setup_cost`).
 4-bit base (QLoRA)     1.3, ASSUMED: NF4 weights are dequantised on every forward and backward.
 ZeRO-3 / FSDP full     1.1, ASSUMED: 1.5x the communication of data parallelism (Rajbhandari et al. 2020,
                        arXiv:1910.02054); ZeRO-1/2 move as much as DDP's all-reduce (1.0).

@@ -19,8 +19,10 @@ user's spec until the estimate fits the GPU with ``headroom`` to spare:
 Beyond the lesson, placed by what they give up (time or nothing, so all before step 3): with data,
 ``longest_example`` first (a sequence no longer than the longest example, rounded up to 64, truncates
 nothing: batches are never padded beyond it); ``attention`` eager -> sdpa (a memory-efficient kernel
-gives up nothing); ``packing`` after checkpointing (with data: the real tokens of b randomly padded rows
-fit in ceil(b * (1 - waste_random) / (1 - waste_packed)) packed rows, which saves time as well); after
+gives up nothing); ``packing`` after checkpointing (with data; it keeps the effective batch: the E examples
+of an optimizer step, E x mean tokens, fill R = round(E x mean / (s x packing efficiency)) packed rows of
+s tokens, split into micro-batches of the largest divisor of R not above R / grad_accum; it saves time as
+well, the padding no longer processed); after
 step 2 ``chunked_loss`` (fused linear cross-entropy: no full fp32 logits) and ``sharding`` over
 ``--gpus N`` (ZeRO-1/2/3, the least that fits). A step that saves less than 0.5% of the budget is
 skipped and listed with the reason. If nothing fits, the report names the smallest GPU in the table on
@@ -324,7 +326,11 @@ def setup_cost(initial: Setup, setup: Setup, *, time_model: TimeModel, data: Dat
     t0 = time_model.micro_step_overhead_tokens
     rows0 = s0.batch * s0.grad_accum
     rows = s.batch * s.grad_accum
-    time *= (rows * s0.seq + (rows / s.batch) * t0) / (rows0 * s0.seq + (rows0 / s0.batch) * t0)
+    work = float(rows)  # in the user's rows: an unpacked row processes what the user's rows did
+    if setup.packing and not initial.packing and data is not None:
+        # a packed row processes s tokens; one of the user's padded rows P0 = mean / (1 - waste_random)
+        work = rows * s.seq / data.padded_tokens_per_example(s0.batch, s0.seq)
+    time *= (work * s0.seq + (rows / s.batch) * t0) / (rows0 * s0.seq + (rows0 / s0.batch) * t0)
     if s.method == "qlora" and s0.method != "qlora":
         time *= time_model.qlora_factor
     if setup.sharding == "zero3" and initial.sharding != "zero3":
@@ -348,10 +354,16 @@ def round_up(n: int, multiple: int = SEQ_MULTIPLE) -> int:
     return multiple * max(1, math.ceil(n / multiple))
 
 
-def packed_rows(rows: int, data: DataProfile, batch: int, seq: int) -> int:
-    """Packed rows of ``seq`` tokens per optimizer step carrying the real tokens of ``rows`` randomly
-    batched rows (micro-batch ``batch``)."""
-    return max(1, math.ceil(rows * data.packing_ratio_at(batch, seq)))
+def packed_micro_batch(rows: int, grad_accum: int) -> int:
+    """Rows per micro-step when ``rows`` packed rows make one optimizer step that used ``grad_accum``
+    micro-steps: the largest divisor of ``rows`` not above ceil(rows / grad_accum), so the packed step
+    takes about as many micro-steps as before and never a bigger micro-batch than it needs.
+
+    >>> packed_micro_batch(3, 1), packed_micro_batch(3, 4), packed_micro_batch(6, 2)
+    (3, 1, 3)
+    """
+    target = max(1, math.ceil(rows / grad_accum))
+    return max(d for d in divisors(rows) if d <= target)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -364,6 +376,7 @@ class _Path:
     def __init__(self, ev: Evaluator, initial: Setup, budget: int, time_model: TimeModel,
                  data: DataProfile | None, shape: ModelShape) -> None:
         self.ev, self.budget, self.tm, self.data, self.shape = ev, budget, time_model, data, shape
+        self.initial = initial
         self.current = initial
         self.peak = ev.peak(initial)
         self.steps: list[FitStep] = []
@@ -492,15 +505,24 @@ def _packing(p: _Path, data: DataProfile | None) -> None:
         p.take("packing", None, "", why_not="already packed")
         return
     s = p.current.spec
-    ratio = data.packing_ratio_at(s.batch, s.seq)
+    examples = s.batch * s.grad_accum  # examples per optimizer step: one per unpacked row
+    mean, eff = data.mean_tokens(s.seq), data.packing_efficiency(s.seq)
+    exact = data.packed_rows_exact(examples, s.seq)
+    rows = data.packed_rows(examples, s.seq)
+    batch = packed_micro_batch(rows, s.grad_accum)
+    accum = rows // batch
+    setup = p.current.with_(packing=True, batch=batch, grad_accum=accum)
+    cost_of = {x: setup_cost(p.initial, x, time_model=p.tm, data=data).time_factor for x in (p.current, setup)}
+    f = cost_of[setup] / cost_of[p.current]
     waste_random, waste_packed = data.wastes(s.batch, s.seq)
-    rows = max(1, math.ceil(s.batch * s.grad_accum * ratio))
-    batch = max(1, min(s.batch, math.ceil(s.batch * ratio)))
-    accum = math.ceil(rows / batch)
-    p.take("packing", p.current.with_(packing=True, batch=batch, grad_accum=accum),
-           f"time saved: x{ratio:.2f} (padding {100 * waste_random:.0f}% -> {100 * waste_packed:.0f}%, "
-           f"{batch} packed rows carry the real tokens of {s.batch}); keep examples apart (position_ids reset) "
-           "and the -100 labels: check with memfit verify-pack", time_factor=ratio, gives_up="nothing")
+    carried = data.examples_in_rows(rows, s.seq)
+    p.take("packing", setup,
+           f"time saved: x{f:.2f} (padding {100 * waste_random:.0f}% -> {100 * waste_packed:.0f}%); the effective "
+           f"batch kept: {examples:,} examples x mean {mean:,.1f} tokens = {examples * mean:,.0f} tokens per "
+           f"optimizer step / ({s.seq:,} x {100 * eff:.1f}% packing efficiency) = {exact:.2f} -> {rows} rows of "
+           f"{s.seq:,} ({batch} x accum {accum}), carrying {carried:.1f} examples per step on average (was "
+           f"{examples:,}); keep examples apart (position_ids reset) and the -100 labels: check with memfit "
+           "verify-pack", time_factor=f, gives_up="nothing")
 
 
 def _sharding(p: _Path, tm: TimeModel, allowed: bool) -> None:
@@ -622,7 +644,7 @@ def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterat
     rows0 = s0.batch * s0.grad_accum
     for packing, seq in product(packings, seqs):
         repack = packing and data is not None and not initial.packing
-        rows = packed_rows(rows0, data, s0.batch, seq) if repack and data is not None else rows0
+        rows = data.packed_rows(rows0, seq) if repack and data is not None else rows0
         batches = [b for b in divisors(rows) if b <= s0.batch]
         for (ck, every), b, method, rank, attn, loss, shard in product(
                 ckpts, batches, methods, ranks, attentions, losses, shardings):
