@@ -78,7 +78,7 @@ def test_fit_errors_are_one_line(capsys) -> None:
 
 def test_fit_uses_a_measured_checkpointing_factor(capsys, tmp_path) -> None:
     m = tmp_path / "measure.json"
-    m.write_text(json.dumps({"runs": [
+    m.write_text(json.dumps({"model": "llama-2-7b", "device": "cuda", "runs": [
         {"batch": 2, "seq": 256, "checkpointing": "none", "step_seconds": 1.0},
         {"batch": 2, "seq": 256, "checkpointing": "full", "step_seconds": 1.27},
     ]}))

@@ -49,7 +49,7 @@ def fit_command(
         raise MemfitError("memfit fit needs --gpu: a GPU name (memfit gpus) or a size such as 24GiB")
     shape = resolve_model(model)
     room = Headroom.parse(headroom)
-    time_model = time_model_from_measurement(measurement) if measurement else None
+    time_model = time_model_from_measurement(measurement, shape=shape, device=spec.device) if measurement else None
     profile = None
     if data is not None or tokenizer is not None:
         if data is None or tokenizer is None:
