@@ -72,3 +72,13 @@ def test_an_encoder_decoder_is_named_not_blamed_on_attention(tmp_path, capsys) -
         assert "encoder-decoder" in err and "not supported" in err, err
         assert "--attention" not in err and "memfit trace` runs" not in err, err
 
+
+def test_trace_check_and_headroom(tmp_path, capsys) -> None:
+    """--check on trace: exit 3 when reserved + headroom exceeds --gpu (the rule estimate prints)."""
+    cfg = tiny_config("llama", layers=1, hidden=32, heads=2, vocab=300)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    base = ["trace", str(tmp_path / "config.json"), "--batch", "1", "--seq", "16", "--device", "cpu"]
+    assert main([*base, "--gpu", "1GiB", "--check"]) == 0
+    assert main([*base, "--gpu", "16KiB", "--check"]) == 3
+    out = " ".join(capsys.readouterr().out.split())
+    assert "does not fit: peak" in out and "headroom" in out

@@ -42,10 +42,18 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "padding_mask": (bool, typer.Option("--padding-mask/--no-padding-mask",
                                         help="batches carry a padding attention mask")),
     "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (fused linear cross-entropy)")),
-    "gpu": (str, typer.Option("--gpu", help="a GPU name (memfit gpus) or a size: 24GiB, 80GB")),
+    "gpu": (str, typer.Option("--gpu", help="a GPU name (memfit gpus) or a size with its unit: 24GiB (1024^3 B, "
+                              "as nvidia-smi counts), 80GB (10^9 B); a bare number such as 24 is refused")),
 }
 
 _DEFAULTS = RunSpec()
+
+HeadroomFlag = Annotated[str | None, typer.Option(
+    "--headroom", help="memory kept free on top of what the step reserves: a share of the GPU (5%, 0.05) or a "
+    "size (2GiB); default 5%. Fits = reserved (peak + allocator + CUDA context) + headroom <= the GPU")]
+CheckFlag = Annotated[bool, typer.Option(
+    "--check", help="exit code 3 when the run does not fit (0 when it fits), for launch scripts; needs --gpu")]
+EXIT_DOES_NOT_FIT = 3  # documented in README (exit codes)
 
 
 def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> RunSpec:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import app
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, estimate_memory, resolve_model, rule_of_thumb_activation_bytes
 from memfit.report import console, print_json
@@ -55,10 +55,16 @@ def estimate_command(
     = False,
     layers: Annotated[int | None, typer.Option("--layers", help="L for --rule-of-thumb without a model")] = None,
     hidden: Annotated[int | None, typer.Option("--hidden", help="h for --rule-of-thumb without a model")] = None,
+    headroom: HeadroomFlag = None,
+    check: CheckFlag = False,
     *,
     spec: RunSpec,
 ) -> None:
-    """Predict the peak memory of one training step of MODEL and where every byte goes."""
+    """Predict the peak memory of one training step of MODEL and where every byte goes. With --gpu, whether
+    it fits: reserved (peak + allocator + CUDA context) + headroom <= the GPU, the rule memfit fit uses too.
+    Exit codes: 0 an answer, 1 bad input, 2 usage, 3 does not fit (with --check)."""
+    from memfit.estimate.fits import Headroom
+
     if rule_of_thumb:
         if model is not None:
             shape = resolve_model(model)
@@ -74,16 +80,21 @@ def estimate_command(
         return
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`), or --rule-of-thumb with --layers and --hidden")
-    est = estimate_memory(resolve_model(model), spec)
+    if spec.gpu is None and (check or headroom is not None):
+        raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
+                          "memfit gpus, or a size such as 24GiB)")
+    est = estimate_memory(resolve_model(model), spec, headroom=Headroom.parse(headroom))
     if json_out:
         print_json(est.to_dict())
-        return
-    console.print(estimate_table(est))
-    console.print(states_table(est))
-    console.print(rule_of_thumb_line(est), highlight=False)
-    if explain:
-        console.print(explain_table(est))
-    console.print(verdict(est), highlight=False)
+    else:
+        console.print(estimate_table(est))
+        console.print(states_table(est))
+        console.print(rule_of_thumb_line(est), highlight=False)
+        if explain:
+            console.print(explain_table(est))
+        console.print(verdict(est), highlight=False)
+    if check and est.fits is False:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 
 @app.command("gpus")

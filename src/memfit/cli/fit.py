@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from memfit.cli._app import app
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
 from memfit.report import console, print_json
@@ -20,8 +20,7 @@ def fit_command(
     model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
     gpus: Annotated[int, typer.Option("--gpus", help="data-parallel GPUs: allows ZeRO-1/2/3 (FSDP) sharding; "
                                       "peaks are then per GPU")] = 1,
-    headroom: Annotated[str, typer.Option("--headroom", help="memory kept free: a share of the GPU (10%, 0.1) "
-                                          "or a size (2GiB)")] = "10%",
+    headroom: HeadroomFlag = None,
     data: Annotated[str | None, typer.Option("--data", help="training data (JSONL, JSON, CSV, Parquet, "
                                              "save_to_disk dir): sequence step uses its p95 and packing")] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="tokenizer dir, tokenizer.json or "
@@ -36,12 +35,15 @@ def fit_command(
     search: Annotated[bool, typer.Option("--search/--no-search", help="also search every knob combination "
                                          "for the cheapest fitting configuration")] = True,
     json_out: JsonFlag = False,
+    check: CheckFlag = False,
     *,
     spec: RunSpec,
 ) -> None:
     """Make a run fit: the lesson's order of remedies (checkpointing, micro-batch + accumulation, shorter
     sequence, 4-bit base, lower rank), each with the estimate after it, the bytes saved and what it costs;
-    then the cheapest fitting configuration over every knob. Sizes in GiB = 1024^3 bytes."""
+    then the cheapest fitting configuration over every knob. Fits = reserved + headroom <= the GPU, the rule
+    memfit estimate prints. Sizes in GiB = 1024^3 bytes. Exit codes: 0 an answer, 1 bad input, 2 usage,
+    3 the run as given does not fit (with --check)."""
     from memfit.advise import DataProfile, Headroom, fit, time_model_from_measurement
     from memfit.report.fit import fit_json, fit_table
 
@@ -70,6 +72,8 @@ def fit_command(
     if json_out:
         result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search)
         print_json(fit_json(result))
+        if check and not result.fits_initially:
+            raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
     from rich.progress import Progress
 
@@ -82,3 +86,5 @@ def fit_command(
         result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search,
                      progress=progress)
     console.print(fit_table(result))
+    if check and not result.fits_initially:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
