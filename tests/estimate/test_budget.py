@@ -201,7 +201,8 @@ def test_every_catalogue_model_estimates() -> None:
         att = "eager" if e.shape.model_type == "gemma2" else "sdpa"
         tg = ("qkv_proj",) if e.shape.model_type == "phi3" else ()
         for method in ("full", "lora", "qlora"):
-            est = estimate_memory(e.shape, RunSpec(method=method, attention=att, targets=tg, seq=1024))
+            targets = tg if method != "full" else ()  # a full fine-tune has no LoRA targets (refused)
+            est = estimate_memory(e.shape, RunSpec(method=method, attention=att, targets=targets, seq=1024))
             assert isinstance(est, MemoryEstimate) and est.peak_bytes > est.model_states.weights_frozen
 
 

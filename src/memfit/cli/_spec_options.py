@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 import typer
 
+from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec, parse_targets
 
 _P = inspect.Parameter
@@ -46,7 +48,31 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
                               "as nvidia-smi counts), 80GB (10^9 B); a bare number such as 24 is refused")),
 }
 
+# Flags that act only in some runs: given explicitly anywhere else, they would be silently ignored, so the
+# command refuses them (the spec cannot tell "--rank 16" from the default 16; the command line can).
+ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
+    "rank": (lambda s: s.is_adapter, "--rank is the LoRA rank; --method full trains every weight and has no rank: "
+             "drop --rank or pass --method lora"),
+    "alpha": (lambda s: s.is_adapter, "--alpha is LoRA's scale; --method full has no adapter: drop --alpha or pass "
+              "--method lora"),
+    "lora_dropout": (lambda s: s.is_adapter, "--lora-dropout applies to the LoRA adapter; --method full has none: "
+                     "drop it or pass --method lora"),
+    "targets": (lambda s: s.is_adapter, "--targets chooses LoRA's adapted modules; --method full trains every "
+                "weight: drop --targets or pass --method lora"),
+    "modules_to_save": (lambda s: s.is_adapter, "--modules-to-save lists modules trained in full beside LoRA; "
+                        "--method full trains every module already: drop it or pass --method lora"),
+    "double_quant": (lambda s: s.method == "qlora", "--double-quant/--no-double-quant sets QLoRA's 4-bit base; "
+                     "it does nothing without --method qlora"),
+    "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "
+                         "every-k; with any other --checkpointing it does nothing: add --checkpointing every-k "
+                         "or drop it"),
+}
+# which spec field decides whether each flag above acts (a command that declares that field itself, such
+# as measure's --checkpointing both, checks the flag on its own)
+_DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing"}
+
 _DEFAULTS = RunSpec()
+_CTX = "memfit_context"
 
 HeadroomFlag = Annotated[str | None, typer.Option(
     "--headroom", help="memory kept free on top of what the step reserves: a share of the GPU (5%, 0.05) or a "
@@ -61,9 +87,38 @@ def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> Ru
     fields = {}
     for name, value in values.items():
         if name in ("targets", "modules_to_save"):
-            value = parse_targets(value) if isinstance(value, str) else tuple(value or ())
+            flag = "--" + name.replace("_", "-")
+            value = parse_targets(value, flag=flag) if isinstance(value, str) else tuple(value or ())
         fields[name] = value
     return (base or _DEFAULTS).with_(**fields)
+
+
+_EXPLICIT: ContextVar[frozenset[str]] = ContextVar("memfit_explicit_flags", default=frozenset())
+
+
+def _given(ctx: Any) -> frozenset[str]:
+    """The command's parameters the user typed (or set in the environment), not defaults: the context's
+    ``get_parameter_source`` (typer 0.29 vendors click 8's; ParameterSource COMMANDLINE / ENVIRONMENT)."""
+    out = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            out.add(name)
+    return frozenset(out)
+
+
+def explicit_flags(names: Iterable[str]) -> set[str]:
+    """The parameters among ``names`` that the user gave on the command line in the running command
+    (set by :func:`spec_options`); empty outside one."""
+    return set(names) & _EXPLICIT.get()
+
+
+def refuse_ignored_flags(spec: RunSpec, explicit: set[str], *, skip: Iterable[str] = ()) -> None:
+    """A MemfitError for the first flag in ``explicit`` that ``spec`` would ignore (:data:`ONLY_WITH`)."""
+    skipped = set(skip)
+    for name, (acts, message) in ONLY_WITH.items():
+        if name in explicit and name not in skipped and not acts(spec):
+            raise MemfitError(message)
 
 
 def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -88,15 +143,27 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            values = {p.name: kwargs.pop(p.name) for p in added if p.name in kwargs}
-            kwargs["spec"] = spec_from_options(values)
-            return fn(*args, **kwargs)
+            ctx = kwargs.pop(_CTX, None)
+            # typer hands the (vendored) click context itself, not always a typer.Context instance
+            token = _EXPLICIT.set(_given(ctx) if hasattr(ctx, "get_parameter_source") else frozenset())
+            try:
+                values = {p.name: kwargs.pop(p.name) for p in added if p.name in kwargs}
+                spec = spec_from_options(values)
+                # a flag whose deciding field the command declares itself is the command's to check
+                skip = [n for n, field in _DECIDED_BY.items() if field in exclude]
+                refuse_ignored_flags(spec, explicit_flags(values), skip=skip)
+                kwargs["spec"] = spec
+                return fn(*args, **kwargs)
+            finally:
+                _EXPLICIT.reset(token)
 
         params = [p.replace(kind=_P.KEYWORD_ONLY) if p.kind == _P.POSITIONAL_OR_KEYWORD and p.default is not _P.empty
                   else p for p in own]
         positional = [p for p in params if p.kind != _P.KEYWORD_ONLY]
         keyword = [p for p in params if p.kind == _P.KEYWORD_ONLY]
-        wrapper.__signature__ = sig.replace(parameters=positional + keyword + added)  # type: ignore[attr-defined]
+        context = _P(_CTX, _P.KEYWORD_ONLY, annotation=typer.Context)  # typer injects the running context
+        wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+            parameters=positional + keyword + added + [context])
         return wrapper
 
     return decorate

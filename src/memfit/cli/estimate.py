@@ -10,7 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import app
-from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
+from memfit.cli._spec_options import (
+    EXIT_DOES_NOT_FIT,
+    SPEC_OPTIONS,
+    CheckFlag,
+    HeadroomFlag,
+    explicit_flags,
+    spec_options,
+)
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, estimate_memory, resolve_model, rule_of_thumb_activation_bytes
 from memfit.report import console, print_json
@@ -66,6 +73,11 @@ def estimate_command(
     from memfit.estimate.fits import Headroom
 
     if rule_of_thumb:
+        unused = sorted(explicit_flags([*SPEC_OPTIONS, "headroom", "check", "explain"]) - {"batch", "seq"})
+        if unused:
+            flags = ", ".join("--" + n.replace("_", "-") for n in unused)
+            raise MemfitError(f"--rule-of-thumb is L*b*s*h*20 from --batch, --seq and --layers/--hidden (or a "
+                              f"MODEL) only: drop {flags}")
         if model is not None:
             shape = resolve_model(model)
             layers = layers or shape.n_layers
@@ -80,6 +92,9 @@ def estimate_command(
         return
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`), or --rule-of-thumb with --layers and --hidden")
+    if (layers is not None or hidden is not None):
+        raise MemfitError("--layers and --hidden are for --rule-of-thumb; with a MODEL they come from its config: "
+                          "drop them")
     if spec.gpu is None and (check or headroom is not None):
         raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
                           "memfit gpus, or a size such as 24GiB)")

@@ -53,6 +53,10 @@ def fit_command(
     room = Headroom.parse(headroom)
     time_model = time_model_from_measurement(measurement, shape=shape, device=spec.device) if measurement else None
     profile = None
+    fields = {"--text": text, "--prompt": prompt, "--completion": completion, "--messages": messages}
+    if data is None and any(v is not None for v in fields.values()):
+        given = ", ".join(k for k, v in fields.items() if v is not None)
+        raise MemfitError(f"{given} name fields of --data: add --data and --tokenizer, or drop them")
     if data is not None or tokenizer is not None:
         if data is None or tokenizer is None:
             raise MemfitError("--data and --tokenizer go together: the lengths need the real tokenizer")

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from memfit.cli._app import app
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import ONLY_WITH, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_config
 from memfit.report import console, err_console, print_json
@@ -57,7 +57,7 @@ def pick_device(device: str | None) -> str:
 
 
 @app.command("measure")
-@spec_options(exclude=("batch", "seq", "checkpointing", "device"))
+@spec_options(exclude=("batch", "seq", "checkpointing", "device", "gpu"))
 def measure_command(
     model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
     batch: Annotated[str, typer.Option("--batch", "-b", help="micro-batch sizes, e.g. 1,2,4")] = "1,2,4",
@@ -74,6 +74,7 @@ def measure_command(
         "--max-batch", help="also find the largest micro-batch that fits, by bisection from the estimate")] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="write peak vs batch to this PNG")] = None,
     json_out: JsonFlag = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", hidden=True)] = None,
     *,
     spec: RunSpec,
 ) -> None:
@@ -85,11 +86,17 @@ def measure_command(
     """
     from memfit.units import parse_size
 
+    if gpu is not None:
+        raise MemfitError("memfit measure runs real steps on this machine's device and judges no --gpu: pass "
+                          "--memory-limit 24GiB to stop points above a device size (a simulated out-of-memory on "
+                          "CPU), or ask memfit estimate / trace MODEL --gpu whether the run fits a GPU")
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
     if checkpointing not in MEASURE_CHECKPOINTING:
         raise MemfitError(f"--checkpointing must be one of {', '.join(MEASURE_CHECKPOINTING)}; got {checkpointing!r}")
     modes = ["none", "full"] if checkpointing == "both" else [checkpointing]
+    if "checkpoint_every" in explicit_flags(["checkpoint_every"]) and "every-k" not in modes:
+        raise MemfitError(ONLY_WITH["checkpoint_every"][1])
     if steps < 1:
         raise MemfitError(f"--steps must be a positive integer; got {steps}")
     limit = parse_size(memory_limit) if memory_limit else None

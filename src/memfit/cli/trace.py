@@ -24,7 +24,7 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output"
 def trace_command(
     model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
     json_out: JsonFlag = False,
-    top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
+    top: Annotated[int, typer.Option("--top", help="rows of the per-module table (0: fold them all)")] = 15,
     headroom: HeadroomFlag = None,
     check: CheckFlag = False,
     *,
@@ -38,6 +38,8 @@ def trace_command(
 
     from memfit.estimate.fits import Headroom
 
+    if top < 0:
+        raise MemfitError(f"--top {top}: the per-module table takes 0 rows or more (0 folds them all into one)")
     if spec.gpu is None and (check or headroom is not None):
         raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
                           "memfit gpus, or a size such as 24GiB)")
