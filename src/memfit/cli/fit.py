@@ -7,7 +7,7 @@ import typer
 
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
 from memfit.report import console, print_config_import, print_json
@@ -22,8 +22,7 @@ def fit_command(
                                                 "Hub id; or the model a --config names")] = None,
     gpus: Annotated[int, typer.Option("--gpus", help="data-parallel GPUs: allows ZeRO-1/2/3 (FSDP) sharding; "
                                       "peaks are then per GPU")] = 1,
-    headroom: Annotated[str, typer.Option("--headroom", help="memory kept free: a share of the GPU (10%, 0.1) "
-                                          "or a size (2GiB)")] = "10%",
+    headroom: HeadroomFlag = None,
     data: Annotated[str | None, typer.Option("--data", help="training data (JSONL, JSON, CSV, Parquet, "
                                              "save_to_disk dir): sequence step uses its p95 and packing")] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="tokenizer dir, tokenizer.json or "
@@ -39,17 +38,19 @@ def fit_command(
                                          "for the cheapest fitting configuration")] = True,
     write: Annotated[str | None, typer.Option("--write", help="write the fitting plan into a copy of the --config "
                                               "file at this path (its own fields, each with memfit's reason)")] = None,
-    force: Annotated[bool, typer.Option("--force", help="let --write replace an existing file")] = False,
     json_out: JsonFlag = False,
     html: HtmlOption = None,
     force: ForceOption = False,
+    check: CheckFlag = False,
     *,
     spec: RunSpec,
     config_import: Any = None,
 ) -> None:
     """Make a run fit: the lesson's order of remedies (checkpointing, micro-batch + accumulation, shorter
     sequence, 4-bit base, lower rank), each with the estimate after it, the bytes saved and what it costs;
-    then the cheapest fitting configuration over every knob. Sizes in GiB = 1024^3 bytes."""
+    then the cheapest fitting configuration over every knob. Fits = reserved + headroom <= the GPU, the rule
+    memfit estimate prints. Sizes in GiB = 1024^3 bytes. Exit codes: 0 an answer, 1 bad input, 2 usage,
+    3 the run as given does not fit (with --check)."""
     from memfit.advise import DataProfile, Headroom, fit, time_model_from_measurement
     from memfit.report.fit import fit_json, fit_table
 
@@ -62,8 +63,12 @@ def fit_command(
         raise MemfitError("--write writes into a copy of your training config: pass it with --config")
     shape = resolve_model(model)
     room = Headroom.parse(headroom)
-    time_model = time_model_from_measurement(measurement) if measurement else None
+    time_model = time_model_from_measurement(measurement, shape=shape, device=spec.device) if measurement else None
     profile = None
+    fields = {"--text": text, "--prompt": prompt, "--completion": completion, "--messages": messages}
+    if data is None and any(v is not None for v in fields.values()):
+        given = ", ".join(k for k, v in fields.items() if v is not None)
+        raise MemfitError(f"{given} name fields of --data: add --data and --tokenizer, or drop them")
     if data is not None or tokenizer is not None:
         if data is None or tokenizer is None:
             raise MemfitError("--data and --tokenizer go together: the lengths need the real tokenizer")
@@ -89,6 +94,8 @@ def fit_command(
             out["written"] = _write(result, config_import, write, force).to_dict()
         write_html(html, "fit", out, force)
         print_json(out)
+        if check and not result.fits_initially:
+            raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
     print_config_import(config_import)
     from rich.progress import Progress
@@ -108,6 +115,8 @@ def fit_command(
 
         for line in written_lines(_write(result, config_import, write, force)):
             console.print(line, highlight=False)
+    if check and not result.fits_initially:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 
 def _write(result: Any, config_import: Any, path: str, force: bool) -> Any:

@@ -14,14 +14,15 @@ import typer
 from memfit.cli._app import app
 from memfit.cli._data_options import EosOpt, NoEosOpt, eos_choice
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import SPEC_OPTIONS, explicit_flags, spec_options
+from memfit.errors import MemfitError
 from memfit.estimate import RunSpec
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("lengths")
-@spec_options(exclude=("batch", "seq"))
+@spec_options(exclude=("batch", "seq", "gpu"))
 def lengths_command(
     data: Annotated[str, typer.Argument(help="JSONL (.jsonl.gz), JSON, CSV, Parquet, or a save_to_disk directory")],
     tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer directory, tokenizer.json, "
@@ -43,6 +44,7 @@ def lengths_command(
     json_out: JsonFlag = False,
     html: HtmlOption = None,
     force: ForceOption = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", hidden=True)] = None,
     *,
     spec: RunSpec,
 ) -> None:
@@ -52,6 +54,16 @@ def lengths_command(
     from memfit.report import console, print_json
     from memfit.report.lengths import check_plot_path, lengths_renderable, plot_lengths
 
+    if gpu is not None:
+        raise MemfitError("memfit lengths measures the data and judges no GPU: ask memfit fit MODEL --gpu 24GiB "
+                          "--data DATA --tokenizer T whether (and how) the run fits")
+    if model is None:
+        given = sorted(explicit_flags([n for n in SPEC_OPTIONS if n not in ("batch", "seq", "gpu")]))
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            one = len(given) == 1
+            raise MemfitError(f"{flags} describe{'s' if one else ''} the run whose activation memory --model "
+                              f"shows: add --model, or drop {'it' if one else 'them'}")
     if plot is not None:  # fail on a path that cannot be written before the slow part
         check_plot_path(plot)
     check_html(html, force)

@@ -11,7 +11,7 @@ import typer
 
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import ONLY_WITH, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_config
 from memfit.report import console, err_console, print_config_import, print_json
@@ -58,7 +58,7 @@ def pick_device(device: str | None) -> str:
 
 
 @app.command("measure")
-@spec_options(exclude=("batch", "seq", "checkpointing", "device"))
+@spec_options(exclude=("batch", "seq", "checkpointing", "device", "gpu"))
 def measure_command(
     model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
                                                 "Hub id; or the model a --config names")] = None,
@@ -78,6 +78,7 @@ def measure_command(
     json_out: JsonFlag = False,
     html: HtmlOption = None,
     force: ForceOption = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", hidden=True)] = None,
     *,
     spec: RunSpec,
     config_import: Any = None,
@@ -90,6 +91,10 @@ def measure_command(
     """
     from memfit.units import parse_size
 
+    if gpu is not None:
+        raise MemfitError("memfit measure runs real steps on this machine's device and judges no --gpu: pass "
+                          "--memory-limit 24GiB to stop points above a device size (a simulated out-of-memory on "
+                          "CPU), or ask memfit estimate / trace MODEL --gpu whether the run fits a GPU")
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     batches = parse_int_list(batch, "--batch")
@@ -97,6 +102,8 @@ def measure_command(
     if checkpointing not in MEASURE_CHECKPOINTING:
         raise MemfitError(f"--checkpointing must be one of {', '.join(MEASURE_CHECKPOINTING)}; got {checkpointing!r}")
     modes = ["none", "full"] if checkpointing == "both" else [checkpointing]
+    if "checkpoint_every" in explicit_flags(["checkpoint_every"]) and "every-k" not in modes:
+        raise MemfitError(ONLY_WITH["checkpoint_every"][1])
     if steps < 1:
         raise MemfitError(f"--steps must be a positive integer; got {steps}")
     limit = parse_size(memory_limit) if memory_limit else None

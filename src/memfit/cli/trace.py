@@ -12,7 +12,7 @@ import typer
 
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, resolve_config
 from memfit.report import console, err_console, print_config_import, print_json
@@ -26,7 +26,9 @@ def trace_command(
     model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
                                                 "Hub id; or the model a --config names")] = None,
     json_out: JsonFlag = False,
-    top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
+    top: Annotated[int, typer.Option("--top", help="rows of the per-module table (0: fold them all)")] = 15,
+    headroom: HeadroomFlag = None,
+    check: CheckFlag = False,
     html: HtmlOption = None,
     force: ForceOption = False,
     *,
@@ -34,7 +36,24 @@ def trace_command(
     config_import: Any = None,
 ) -> None:
     """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
-    holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one."""
+    holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one.
+    With --gpu, whether it fits by the rule memfit estimate prints. Exit codes: 0 an answer, 1 bad input,
+    2 usage, 3 does not fit (with --check)."""
+    from dataclasses import replace
+
+    from memfit.estimate.fits import Headroom
+
+    if top < 0:
+        raise MemfitError(f"--top {top}: the per-module table takes 0 rows or more (0 folds them all into one)")
+    if spec.gpu is None and (check or headroom is not None):
+        raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
+                          "memfit gpus, or a size such as 24GiB)")
+    room = Headroom.parse(headroom)
+    if spec.gpu is not None:  # a bad --gpu or --headroom fails now, before the trace
+        from memfit.estimate.fits import judge_fit
+        from memfit.estimate.gpus import resolve_gpu
+
+        judge_fit(0, spec.device, resolve_gpu(spec.gpu), room)
     require_extra("torch", "torch")
     require_extra("transformers", "torch")
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -47,18 +66,21 @@ def trace_command(
     check_trace_spec(spec)
     check_html(html, force)
     config = load_config(model)
-    estimate = _estimate(model, spec)
+    estimate = _estimate(model, spec, room)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
                   transient=True, disable=json_out) as progress:
         task = progress.add_task("tracing", total=None)
         result = trace_step(config, spec, name=model,
                             progress=lambda msg: progress.update(task, description=msg))
+    result = replace(result, headroom=room)
     write_html(html, "trace", trace_json(result, estimate), force)
     if json_out:
         out = trace_json(result, estimate)
         if config_import is not None:
             out["config_import"] = config_import.to_json()
         print_json(out)
+        if check and result.fits is False:
+            raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
     print_config_import(config_import)
     console.print(trace_table(result, estimate))
@@ -69,6 +91,8 @@ def trace_command(
         console.print(line)
     console.print(f"traced in {result.build_seconds + result.step_seconds:.1f} s "
                   f"(build {result.build_seconds:.1f} s, step {result.step_seconds:.1f} s)", style="dim")
+    if check and result.fits is False:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 
 def load_config(model: str) -> dict[str, Any]:
@@ -89,11 +113,11 @@ def load_config(model: str) -> dict[str, Any]:
     return config
 
 
-def _estimate(model: str, spec: RunSpec) -> Any:
+def _estimate(model: str, spec: RunSpec, headroom: Any = None) -> Any:
     """The analytic estimate for the same spec, shown beside the trace (None if it cannot be made)."""
     try:
         from memfit.estimate import estimate_memory, resolve_model
 
-        return estimate_memory(resolve_model(model), spec).to_dict()
+        return estimate_memory(resolve_model(model), spec, headroom=headroom).to_dict()
     except Exception:  # the trace stands on its own; the estimate column is a comparison
         return None

@@ -370,6 +370,11 @@ def _parse_config(cfg: dict[str, Any], *, name: str | None) -> ModelShape:
         raise MemfitError("config has no model_type: it must be a Hugging Face config.json "
                           f"(supported model_type: {', '.join(SUPPORTED_MODEL_TYPES)})")
     model_type = str(model_type)
+    if model_type not in SUPPORTED_MODEL_TYPES and cfg.get("is_encoder_decoder"):
+        raise MemfitError(f"model_type {model_type!r} is an encoder-decoder (sequence-to-sequence) model, "
+                          "is_encoder_decoder: true: memfit models decoder-only causal-LM fine-tuning "
+                          f"({', '.join(SUPPORTED_MODEL_TYPES)}; trace: any AutoModelForCausalLM); this "
+                          "architecture is not supported")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise MemfitError(f"model_type {model_type!r} is not supported yet; supported: "
                           f"{', '.join(SUPPORTED_MODEL_TYPES)} (for other architectures, `memfit trace` "

@@ -283,25 +283,20 @@ def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, track
 
 def reserved_bytes(peak: int, spec: RunSpec) -> int:
     """What the device reserves around the traced peak, with the estimate's stated assumptions (so the two
-    engines judge ``fits`` alike): on CUDA, peak + 5% + 256 MiB of allocator segments and fragmentation +
-    512 MiB of CUDA context and cuBLAS/cuDNN workspaces (``memfit.estimate.budget``); on CPU, the peak."""
-    if spec.device != "cuda":
-        return peak
-    from memfit.estimate.budget import ALLOCATOR_OVERHEAD_BYTES, ALLOCATOR_OVERHEAD_FRACTION, CUDA_CONTEXT_BYTES
+    engines judge ``fits`` alike, :func:`memfit.estimate.fits.reserved_bytes`): on CUDA, peak + 5% + 256 MiB
+    of allocator segments and fragmentation + 512 MiB of CUDA context and cuBLAS/cuDNN workspaces; on CPU,
+    the peak."""
+    from memfit.estimate.fits import reserved_bytes as reserved
 
-    return peak + int(peak * ALLOCATOR_OVERHEAD_FRACTION) + ALLOCATOR_OVERHEAD_BYTES + CUDA_CONTEXT_BYTES
+    return reserved(peak, spec.device)
 
 
 def gpu_bytes(gpu: str | None) -> int | None:
     """Bytes of ``--gpu`` (a table name or a size such as 24GiB), None without one."""
     if not gpu:
         return None
-    try:
-        from memfit.estimate.gpus import resolve_gpu
-    except ImportError:  # the GPU table ships with the estimate; a plain size still works without it
-        from memfit.units import parse_size
+    from memfit.estimate.gpus import resolve_gpu
 
-        return parse_size(gpu)
     return resolve_gpu(gpu).bytes
 
 
