@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test install lint clean bench
+.PHONY: demo test install lint clean bench bench-peers
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,5 +35,12 @@ test: lint
 bench: install
 	$(BIN)/python bench/run_all.py
 
+# memfit beside accelerate, fitcheck-llm, llm-analysis, DeepSpeed and torch's MemTracker (bench/peers.py):
+# each peer gets its own pinned venv under bench/.peers/ (they pin conflicting dependencies; none is a
+# memfit dependency). Not part of `make test`: ~6 min to create the venvs once, then the run itself.
+bench-peers: install
+	$(BIN)/python bench/peers.py --install
+	OMP_NUM_THREADS=2 $(BIN)/python bench/peers.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build *.egg-info src/*.egg-info bench/.peers

@@ -17,8 +17,8 @@ from _results import write_section as write_results_section  # bench/_results.py
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # what the CLI uses
 
+from memfit.data.formats import load_records  # noqa: E402
 from memfit.data.lengths import length_report  # noqa: E402
-from memfit.data.load import load_records  # noqa: E402
 from memfit.data.tokenize import tokenize_records  # noqa: E402
 from memfit.data.tokenizer import load_tokenizer  # noqa: E402
 

@@ -69,7 +69,7 @@ def first_fit(lengths: np.ndarray, max_len: int) -> int:
 
 
 def gsm8k_lengths() -> np.ndarray:
-    from memfit.data.load import load_records
+    from memfit.data.formats import load_records
     from memfit.data.tokenize import tokenize_records
     from memfit.data.tokenizer import load_tokenizer
 
@@ -92,7 +92,7 @@ def best_of(repeats: int, fn, *args):
 
 
 def packing_rows(n: int, gsm: np.ndarray) -> list[str]:
-    from memfit.data.pack import pack_bfd, pack_lengths
+    from memfit.data.binpack import fill_rows, pack_lengths
 
     rng = np.random.default_rng(0)
     dists = {
@@ -112,8 +112,8 @@ def packing_rows(n: int, gsm: np.ndarray) -> list[str]:
             lengths = make(max_len)
             bound = math.ceil(int(lengths.sum()) / max_len)
             runs = []
-            secs, cpu, (_, starts) = best_of(3, pack_bfd, lengths, max_len)
-            runs.append(("memfit fill (`pack_bfd`, CSR)", secs, cpu, len(starts) - 1))
+            secs, cpu, (_, starts) = best_of(3, fill_rows, lengths, max_len)
+            runs.append(("memfit fill (`fill_rows`, CSR)", secs, cpu, len(starts) - 1))
             secs, cpu, bins = best_of(3, pack_lengths, lengths, max_len)
             runs.append(("memfit fill (`pack_lengths`, lists)", secs, cpu, len(bins)))
             secs, cpu, nf = best_of(1, next_fit, lengths, max_len)
@@ -135,8 +135,9 @@ def throughput_rows(tok, examples, steps: int) -> list[str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from memfit.data.collator import PackedCollator
-    from memfit.data.pack import IGNORE_INDEX, pack
+    from memfit.data.pack import pack
+    from memfit.data.torch.collator import PackedCollator
+    from memfit.estimate.constants import IGNORE_INDEX
 
     torch.set_num_threads(2)
     config = AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=128, intermediate_size=344,
@@ -212,7 +213,7 @@ def throughput_rows(tok, examples, steps: int) -> list[str]:
 
 def write_section(rows: list[str]) -> None:
     write_results_section("pack", "\n".join([
-        "`memfit pack`: row-by-row largest fit with exact fit and look-ahead (`memfit.data.pack.pack_bfd`, "
+        "`memfit pack`: row-by-row largest fit with exact fit and look-ahead (`memfit.data.binpack.fill_rows`, "
         "best-fit decreasing until commit 7bc6b60) beside next-fit and first-fit, and "
         "training throughput packed vs padded (`.venv/bin/python bench/bench_pack.py`). Efficiency = real tokens "
         "/ (rows x max_len); lower bound = ceil(tokens / max_len) rows; `bound / rows` = 100% is optimal. "

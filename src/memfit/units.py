@@ -27,7 +27,8 @@ _FACTORS = {
 
 
 def parse_size(text: str) -> int:
-    """Parse ``"24GiB"``, ``"80GB"``, ``"512MiB"`` or a plain byte count into integer bytes.
+    """Parse ``"24GiB"``, ``"80GB"``, ``"512MiB"`` or ``"1024B"`` into integer bytes. The unit is required:
+    a bare ``"24"`` could mean 24 GiB, 24 GB or 24 bytes, so it is refused rather than guessed.
 
     >>> parse_size("24GiB")
     25769803776
@@ -37,7 +38,11 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(text)
     if not m:
         raise MemfitError(f"cannot read the size {text!r}: write it like 24GiB, 80GB or 512MiB")
-    unit = (m.group(2) or "B").lower()
+    if m.group(2) is None:
+        n = m.group(1)
+        raise MemfitError(f"the size {text.strip()!r} has no unit: write {n}GiB (1024^3 bytes, as nvidia-smi and "
+                          f"torch count) or {n}GB (10^9 bytes, as datasheets do); a byte count takes B ({n}B)")
+    unit = m.group(2).lower()
     return int(round(float(m.group(1)) * _FACTORS[unit]))
 
 

@@ -101,3 +101,38 @@ def test_data_profile_truncation_and_packing_ratio() -> None:
     # same real tokens: 1 random row carries 0.5 real, a packed row 0.9
     assert prof.packing_ratio == pytest.approx(0.5 / 0.9)
     assert math.isclose(prof.to_dict()["padding_waste"]["packed"], 0.1)
+
+
+def test_a_measurement_of_another_model_or_device_is_refused(tmp_path: Path, capsys) -> None:
+    """Issue 21.14: fit --measurement applied a slowdown measured on another model or device unchecked."""
+    from memfit.cli import main
+    from memfit.estimate import resolve_model
+
+    runs = [{"batch": 1, "seq": 64, "checkpointing": "none", "step_seconds": 1.0},
+            {"batch": 1, "seq": 64, "checkpointing": "full", "step_seconds": 1.5}]
+    shape = resolve_model("llama-2-7b")
+
+    def file(**keys: object) -> Path:
+        f = tmp_path / f"m{len(list(tmp_path.iterdir()))}.json"
+        f.write_text(json.dumps({**keys, "runs": runs}))
+        return f
+
+    same = file(model="llama-2-7b", device="cuda")
+    assert time_model_from_measurement(same, shape=shape, device="cuda").checkpoint_factor == 1.5
+    with pytest.raises(MemfitError, match="measured gpt2, not llama-2-7b"):
+        time_model_from_measurement(file(model="gpt2", device="cuda"), shape=shape, device="cuda")
+    with pytest.raises(MemfitError, match="measured on cpu; this run is --device cuda"):
+        time_model_from_measurement(file(model="llama-2-7b", device="cpu"), shape=shape, device="cuda")
+    with pytest.raises(MemfitError, match="does not say which model"):
+        time_model_from_measurement(file(device="cuda"), shape=shape, device="cuda")
+    # the same architecture under another name (a config file of it) is the same model
+    config = tmp_path / "config.json"
+    from memfit.estimate import resolve_config
+
+    config.write_text(json.dumps(resolve_config("llama-2-7b")))
+    assert time_model_from_measurement(file(model=str(config), device="cuda"), shape=shape,
+                                       device="cuda").checkpoint_factor == 1.5
+    # on the command line: one red line, exit 1
+    other = file(model="qwen2.5-0.5b", device="cpu")
+    assert main(["fit", "llama-2-7b", "--gpu", "24GiB", "--measurement", str(other), "--no-search"]) == 1
+    assert "--measurement" in capsys.readouterr().err

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from memfit.cli import main
 from memfit.estimate import RunSpec, estimate_memory, resolve_model
 
@@ -76,7 +78,7 @@ def test_fit_errors_are_one_line(capsys) -> None:
 
 def test_fit_uses_a_measured_checkpointing_factor(capsys, tmp_path) -> None:
     m = tmp_path / "measure.json"
-    m.write_text(json.dumps({"runs": [
+    m.write_text(json.dumps({"model": "llama-2-7b", "device": "cuda", "runs": [
         {"batch": 2, "seq": 256, "checkpointing": "none", "step_seconds": 1.0},
         {"batch": 2, "seq": 256, "checkpointing": "full", "step_seconds": 1.27},
     ]}))
@@ -88,3 +90,32 @@ def test_fit_uses_a_measured_checkpointing_factor(capsys, tmp_path) -> None:
     assert step["action"] == "checkpointing" and step["time_factor"] == 1.27
     assert "x1.27" in step["cost"] and "measured" in step["cost"]
     assert d["time_model"]["checkpoint_factor"] == 1.27
+
+
+@pytest.mark.slow
+def test_packing_keeps_the_effective_batch_on_gsm8k(capsys) -> None:
+    """Issue 21.4: on GSM8K train (llama2 tokenizer, 7,473 examples, max 572 tokens) at batch 8, the packing
+    step said "6 packed rows carry the real tokens of 8": 6 rows of 576 tokens hold ~17 examples, so the
+    examples per optimizer step grew ~2.2x. By hand: 8 examples of mean m tokens fill 8 m / (576 e) rows of
+    576 at packing efficiency e; with m ~ 198 and e ~ 0.99 that is ~2.8 -> 3 rows, carrying ~8.7 examples."""
+    data = SHARED / "data" / "gsm8k" / "train.jsonl"
+    tok = SHARED / "tokenizers" / "llama2"
+    code = main(["fit", "llama-3.1-8b", "--gpu", "24GiB", "--batch", "8", "--seq", "2048", "--data", str(data),
+                 "--tokenizer", str(tok), "--prompt", "question", "--completion", "answer", "--no-search", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["data"]["count"] == 7473 and d["data"]["max"] == 572 and d["data"]["p95"] == 337
+    step = next(s for s in d["steps"] if s["action"] == "packing")
+    spec = step["spec"]
+    rows, seq = spec["batch"] * spec["grad_accum"], spec["seq"]
+    assert seq == 576 and rows == 3
+    # independently: the mean of the real lengths, from memfit lengths (the data layer, not the advisor)
+    from memfit.data.lengths import analyse_lengths
+
+    lengths = analyse_lengths(str(data), str(tok), prompt="question", completion="answer", seq_len=2048, batch=8,
+                              progress=False).lengths
+    mean = sum(lengths) / len(lengths)  # every example is below 576: none truncated
+    carried_at_most = rows * seq / mean  # examples 3 full rows could hold (efficiency <= 1)
+    assert 8 <= carried_at_most < 8 + seq / mean  # within one row of the 8 examples per step
+    assert f"8 examples x mean {mean:,.1f} tokens" in step["cost"]
+    assert "-> 3 rows of 576" in step["cost"] and "(was 8)" in step["cost"]

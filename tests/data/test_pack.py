@@ -1,10 +1,8 @@
-"""Packing: the row-filling rule against a slow oracle of the same rule, efficiency against the lower bound,
-and the property that nothing is lost."""
+"""pack(): the row layout and labels by hand, overflow and the in/out accounting worked by hand, bad input, and
+the property that every token and label of every example appears exactly once."""
 
 from __future__ import annotations
 
-import math
-import time
 from collections import Counter
 
 import numpy as np
@@ -12,131 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfit.data.pack import IGNORE_INDEX, block_mask_bytes, pack, pack_bfd, pack_lengths
+from memfit.data.pack import pack
 from memfit.errors import MemfitError
-
-
-def textbook_bfd(lengths: list[int], max_len: int) -> list[list[int]]:
-    """Best-fit decreasing, one item at a time, by linear search over the open bins (O(n^2))."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    room: list[int] = []
-    bins: list[list[int]] = []
-    for i in order:
-        best = -1
-        for j, r in enumerate(room):
-            if r >= lengths[i] and (best < 0 or r < room[best]):
-                best = j
-        if best < 0:
-            room.append(max_len - lengths[i])
-            bins.append([i])
-        else:
-            room[best] -= lengths[i]
-            bins[best].append(i)
-    return bins
-
-
-def slow_fill(lengths: list[int], max_len: int) -> list[list[int]]:
-    """The documented rule, one item at a time by linear scans, no histogram, no repeated rows: fill one row at a
-    time; with room r and m, M the shortest and longest lengths left, take an item of length r if any, else the
-    longest s <= r - m whose leftover r - s equals a sum of j lengths in [m, M] for some j (j*m <= r-s <= j*M),
-    else the longest s <= r; close the row when nothing fits. Items of one length go in input order."""
-    left: dict[int, list[int]] = {}
-    for i, s in enumerate(lengths):
-        left.setdefault(s, []).append(i)
-    rows: list[list[int]] = []
-    while left:
-        room, row = max_len, []
-        while left and room:
-            m, big = min(left), max(left)
-
-            def fillable(x: int, m: int = m, big: int = big) -> bool:
-                return any(j * m <= x <= j * big for j in range(1, x // m + 1))
-
-            if room in left:
-                s = room
-            else:
-                ahead = [s for s in left if s <= room - m and fillable(room - s)]
-                fits = [s for s in left if s <= room]
-                if not ahead and not fits:
-                    break
-                s = max(ahead) if ahead else max(fits)
-            row.append(left[s].pop(0))
-            if not left[s]:
-                del left[s]
-            room -= s
-        rows.append(row)
-    return rows
-
-
-def test_worked_examples_from_the_docstring() -> None:
-    # max_len 10, lengths 4,4,3,3,3,3 (sum 20, bound 2 rows): row A takes 4 (leftover 6 = 3 + 3 is fillable),
-    # 3, 3; row B the same. Best-fit decreasing needs 3 rows here (4 + 4 leaves a gap of 2, no item that short).
-    assert pack_lengths([4, 4, 3, 3, 3, 3], 10) == [[0, 2, 3], [1, 4, 5]]
-    assert len(textbook_bfd([4, 4, 3, 3, 3, 3], 10)) == 3
-    # max_len 8, lengths 5,3,4,2,2: row A takes 5 then 3 (exact fit); row B takes 4, 2, 2.
-    assert pack_lengths([5, 3, 4, 2, 2], 8) == [[0, 1], [2, 3, 4]]
-
-
-def _check_bins(bins: list[list[int]], lengths: list[int], max_len: int) -> None:
-    assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
-    assert all(b and sum(lengths[i] for i in b) <= max_len for b in bins)
-
-
-@pytest.mark.parametrize("seed", range(18))
-def test_pack_matches_the_slow_oracle(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    max_len = int(rng.integers(2, 80))
-    if seed % 3 == 1:  # a few distinct lengths, many copies: exercises the repeated-row shortcut
-        values = rng.integers(1, max_len + 1, size=int(rng.integers(1, 6)))
-        lengths = rng.choice(values, size=int(rng.integers(1, 2000))).tolist()
-    elif seed % 3 == 2:  # no short items (like GSM8K): leftovers often unfillable, exercises the look-ahead
-        max_len = int(rng.integers(40, 200))
-        lengths = rng.integers(max_len // 7, max_len // 3 + 1, size=int(rng.integers(1, 1500))).tolist()
-    else:
-        lengths = rng.integers(1, max_len + 1, size=int(rng.integers(1, 300))).tolist()
-    ours = pack_lengths(lengths, max_len)
-    assert ours == slow_fill(lengths, max_len)
-    _check_bins(ours, lengths, max_len)
-
-
-def _bound_ratio(lengths: np.ndarray, max_len: int) -> tuple[float, float]:
-    t0 = time.perf_counter()
-    order, starts = pack_bfd(lengths, max_len)
-    elapsed = time.perf_counter() - t0
-    rows = len(starts) - 1
-    fills = np.add.reduceat(lengths[order], starts[:-1])
-    assert fills.max() <= max_len and fills.min() >= 1
-    assert np.array_equal(np.sort(order), np.arange(lengths.size))
-    return math.ceil(int(lengths.sum()) / max_len) / rows, elapsed
-
-
-@pytest.mark.parametrize("max_len", [2048, 4096])
-def test_reaches_the_lower_bound_on_chat_like_lengths(max_len: int) -> None:
-    # 100k lognormal lengths (median 350 tokens, like chat data): rows within 0.1% of ceil(tokens / max_len).
-    rng = np.random.default_rng(7)
-    lengths = np.clip(np.round(rng.lognormal(math.log(350), 0.9, 100_000)), 1, max_len).astype(np.int64)
-    ratio, elapsed = _bound_ratio(lengths, max_len)
-    assert ratio >= 0.999, ratio
-    assert elapsed < 5.0  # ~0.02 s unloaded; loose for a shared 2-core box
-
-
-@pytest.mark.parametrize("max_len", [2048, 4096])
-def test_reaches_the_lower_bound_on_gsm8k_like_lengths(max_len: int) -> None:
-    # 100k uniform lengths 60..400 (GSM8K's llama2 lengths are ~60-570, none short): nothing short is left to
-    # close a row's last gap. Best-fit decreasing stays at 99.64% (2048) / 99.82% (4096) of the bound here.
-    lengths = np.random.default_rng(0).integers(60, 401, size=100_000)
-    ratio, elapsed = _bound_ratio(lengths, max_len)
-    assert ratio >= 0.999, ratio
-    assert elapsed < 5.0
-
-
-def test_bfd_rejects_out_of_range_items() -> None:
-    with pytest.raises(MemfitError, match="item 1 has length 9"):
-        pack_bfd([3, 9], 8)
-    with pytest.raises(MemfitError, match="item 0 has length 0"):
-        pack_bfd([0, 3], 8)
-    order, starts = pack_bfd([], 8)
-    assert order.size == 0 and starts.tolist() == [0]
+from memfit.estimate.constants import IGNORE_INDEX
 
 
 def _examples(lengths: list[int], seed: int = 0, prompt_share: float = 0.5) -> list[dict[str, list[int]]]:
@@ -181,23 +57,65 @@ def test_too_long_is_an_error_naming_example_length_and_flags() -> None:
 
 
 def test_overflow_counts() -> None:
+    # _examples: prompt = the first int(n / 2) tokens (labels -100), so lengths 3, 12, 4, 25 have prompts 1, 6, 2, 12
+    # and loss tokens (labels[1:] != -100) 2, 6, 2, 13: 23 in all, 44 tokens.
     ex = _examples([3, 12, 4, 25])
     trunc = pack(ex, 10, overflow="truncate")
     assert (trunc.truncated_examples, trunc.truncated_tokens) == (2, 2 + 15)
-    assert trunc.tokens == 3 + 10 + 4 + 10
+    # 12 -> its first 10 (prompt 6: loss 4, tokens 10-11 cut carried loss: 2). 25 -> its first 10 are all prompt:
+    # no loss token left, so it is left out (10 tokens), and its 13 loss tokens were all in the cut tail.
+    assert (trunc.no_loss_examples, trunc.no_loss_tokens) == (1, 10)
+    assert trunc.tokens == 3 + 10 + 4 and trunc.truncated_loss_tokens == 2 + 13
+    assert (trunc.loss_tokens_in, trunc.loss_tokens_out) == (23, 2 + 4 + 2)
+    assert sorted(e for r in trunc.rows for e in r.example_ids) == [0, 1, 2]
     drop = pack(ex, 10, overflow="drop")
     assert (drop.dropped_examples, drop.dropped_tokens, drop.tokens) == (2, 37, 7)
+    assert (drop.dropped_loss_tokens, drop.loss_tokens_out) == (6 + 13, 2 + 2)
     assert sorted(e for r in drop.rows for e in r.example_ids) == [0, 2]
     split = pack(ex, 10, overflow="split")
-    # 12 -> 10 + 2, 25 -> 10 + 10 + 5
-    assert (split.split_examples, split.split_pieces, split.tokens) == (2, 5, 44)
+    # 12 -> 10 + 2, 25 -> 10 + 10 + 5; the 25's first piece is all prompt: left out (1 piece, 10 tokens).
+    assert (split.split_examples, split.split_pieces, split.no_loss_pieces, split.tokens) == (2, 5, 1, 34)
+    assert split.no_loss_examples == 0  # the 25 still has two pieces in the rows
     # Every piece after the first loses its first label. Example 1 (prompt = first 6 tokens): token 10 carried
     # loss. Example 3 (prompt = first 12): token 10 is prompt (already -100), token 20 carried loss. So 2.
     assert split.split_labels_masked == 2
     assert split.loss_tokens_in - split.loss_tokens_out == 2
     for res in (trunc, drop, split):
         b = res.breakdown()
-        assert b["tokens/packed"] + b["tokens/truncated"] + b["tokens/dropped"] == 44
+        assert b["tokens/packed"] + b["tokens/truncated"] + b["tokens/dropped"] + b["tokens/no_loss"] == 44
+        assert res.tokens_in == 44 and res.loss_tokens_in == 23 and res.examples == 4
+
+
+def test_accounting_worked_by_hand_prompt_longer_than_seq_len() -> None:
+    """The pack docstring's example. max_len 4, --overflow truncate.
+
+    A: 6 tokens, labels [-, -, -, -, 5, 6] (a 4-token prompt): 2 loss tokens (labels[1:]).
+    B: 3 tokens, labels [-, 2, 3]: 2 loss tokens.
+    In: 2 examples, 9 tokens, 4 loss tokens. Truncation keeps A[:4] (2 tokens cut, both carrying loss), which
+    has no loss token left: A is left out, not packed as a row that trains nothing. Out: 1 example (B),
+    3 tokens, 2 loss tokens. Tokens 9 = 3 + 2 truncated + 4 no-loss; loss 4 = 2 + 2 truncated.
+    """
+    a = {"input_ids": [1, 2, 3, 4, 5, 6], "labels": [-100, -100, -100, -100, 5, 6]}
+    b = {"input_ids": [7, 2, 3], "labels": [-100, 2, 3]}
+    res = pack([a, b], 4, overflow="truncate")
+    assert [r.example_ids for r in res.rows] == [[1]]
+    assert res.accounting() == {
+        "examples": {"in": 2, "out": 1, "empty": 0, "dropped_too_long": 0, "no_loss_token": 1},
+        "tokens": {"in": 9, "out": 3, "truncated": 2, "dropped_too_long": 0, "no_loss_token": 4},
+        "loss_tokens": {"in": 4, "out": 2, "truncated": 2, "dropped_too_long": 0, "split_first_label_masked": 0},
+    }
+    # The same data with --overflow drop and split: A is dropped as too long; split cuts A into [1-4] (no loss
+    # token: left out) and [5, 6] (first label 5 masked, 6 kept).
+    drop = pack([a, b], 4, overflow="drop").accounting()
+    assert drop["examples"] == {"in": 2, "out": 1, "empty": 0, "dropped_too_long": 1, "no_loss_token": 0}
+    assert drop["loss_tokens"]["dropped_too_long"] == 2 and drop["loss_tokens"]["out"] == 2
+    split = pack([a, b], 4, overflow="split")
+    assert split.accounting()["tokens"] == {"in": 9, "out": 5, "truncated": 0, "dropped_too_long": 0,
+                                            "no_loss_token": 4}
+    assert split.accounting()["loss_tokens"]["split_first_label_masked"] == 1 and split.loss_tokens_out == 3
+    # An example with no loss token at all is left out under every policy, and counted.
+    res = pack([{"input_ids": [1, 2], "labels": [-100, -100]}, b], 8)
+    assert res.no_loss_examples == 1 and res.packed_examples == 1 and res.tokens == 3
 
 
 def test_bad_input_messages() -> None:
@@ -207,11 +125,6 @@ def test_bad_input_messages() -> None:
         pack(_examples([3]), 8, overflow="wrap")
     res = pack([{"input_ids": [], "labels": []}, *_examples([2])], 8)
     assert res.empty_examples == 1 and res.packed_examples == 1
-
-
-def test_block_mask_bytes_by_hand() -> None:
-    assert block_mask_bytes(4, 4096, 4) == 4 * 4096 * 4096 * 4 == 256 * 1024**2
-    assert block_mask_bytes(1, 2048, 2) == 8 * 1024**2
 
 
 example_st = st.lists(
@@ -251,52 +164,39 @@ def test_every_token_and_label_appears_exactly_once() -> None:
                 )
             seen["rows"] += 1
             seen["multi"] += len(row.example_ids) > 1
-        kept = 0
+        kept = loss_in = loss_out = 0
         for i, ex in enumerate(examples):
             n = len(ex["input_ids"])
+            labels = ex["labels"]
+            loss_in += sum(1 for t in labels[1:] if t != IGNORE_INDEX)
             if n > max_len and overflow == "drop":
                 assert i not in pieces
                 continue
-            got = sorted(pieces[i])
-            assert [off for off, *_ in got] == list(range(0, sum(len(p[1]) for p in got), max_len))
-            ids = [t for _, p, _, _ in got for t in p]
-            labels = [t for _, _, lab, _ in got for t in lab]
-            want_n = min(n, max_len) if overflow == "truncate" else n
-            assert ids == ex["input_ids"][:want_n]  # every token once, in order
+            end = min(n, max_len) if overflow == "truncate" else n
+            want = [(off, min(end, off + max_len)) for off in range(0, end, max_len)]
+            # a piece (or example) with no loss token in labels[1:] trains nothing: it is left out
+            want = [(a, b) for a, b in want if any(t != IGNORE_INDEX for t in labels[a + 1 : b])]
+            got = sorted(pieces.get(i, []))
+            assert [(off, off + len(p)) for off, p, _, _ in got] == want
             for off, p_ids, p_lab, _ in got:
+                assert p_ids == ex["input_ids"][off : off + len(p_ids)]  # every token once, in order
                 assert p_lab[0] == IGNORE_INDEX  # the documented first-label rule
-                assert p_lab[1:] == ex["labels"][off + 1 : off + len(p_ids)]  # every other label intact
-            kept += len(ids)
-            seen["examples"] += 1
+                assert p_lab[1:] == labels[off + 1 : off + len(p_ids)]  # every other label intact
+                loss_out += sum(1 for t in p_lab[1:] if t != IGNORE_INDEX)
+                kept += len(p_ids)
+            seen["examples"] += bool(got)
+            seen["no_loss"] += len(want) < len(range(0, end, max_len))
         assert kept == res.tokens
-        assert res.tokens + res.truncated_tokens + res.dropped_tokens == sum(len(e["input_ids"]) for e in examples)
-        assert res.loss_tokens_in - res.split_labels_masked == res.loss_tokens_out
+        assert (res.loss_tokens_in, res.loss_tokens_out) == (loss_in, loss_out)
+        total = sum(len(e["input_ids"]) for e in examples)
+        assert res.tokens_in == total
+        assert res.tokens + res.truncated_tokens + res.dropped_tokens + res.no_loss_tokens == total
+        assert res.loss_tokens_out + res.truncated_loss_tokens + res.dropped_loss_tokens + res.split_labels_masked \
+            == res.loss_tokens_in
+        assert res.packed_examples + res.empty_examples + res.dropped_examples + res.no_loss_examples == res.examples
 
     check()
     # Guard against passing vacuously: many rows really held several examples.
     assert seen["multi"] >= 100, seen
     assert seen["examples"] >= 500, seen
-
-
-def test_rows_longer_than_65535_tokens() -> None:
-    # max_len >= 2**16 sorts with int64 keys instead of uint16: same answer as the oracle.
-    rng = np.random.default_rng(11)
-    lengths = rng.integers(1, 70_000, size=120).tolist()
-    ours = pack_lengths(lengths, 70_000)
-    assert ours == slow_fill(lengths, 70_000)
-    _check_bins(ours, lengths, 70_000)
-
-
-def test_write_rows_round_trip_and_errors(tmp_path) -> None:
-    import json
-
-    from memfit.data.pack import write_rows
-
-    res = pack(_examples([3, 5, 2]), 8)
-    write_rows(res, tmp_path / "rows.jsonl")
-    back = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
-    assert back == [r.to_dict() for r in res.rows]
-    with pytest.raises(MemfitError, match=r"\.jsonl or \.parquet"):
-        write_rows(res, tmp_path / "rows.csv")
-    with pytest.raises(MemfitError, match="does not exist"):
-        write_rows(res, tmp_path / "missing" / "rows.jsonl")
+    assert seen["no_loss"] >= 20, seen  # examples or pieces left out for having no loss token really occurred

@@ -9,6 +9,9 @@ step, ``zero_grad(set_to_none=True)``) and records:
 - ``saved_bytes``: the bytes saved for backward by the forward of the *last* step (unique storages, not
   counting parameters), attributed to the innermost module running when each tensor was saved.
 
+The model trains with the dropout its config has (transformers' defaults where the config names none,
+e.g. GPT-2's 0.1); :func:`without_dropout` gives the config with every dropout field at 0.
+
 Used by the fast agreement tests in this folder and by ``bench/bench_estimate.py``.
 """
 
@@ -79,6 +82,21 @@ def _pop(stack: list[str]) -> None:
     stack.pop()
 
 
+def without_dropout(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with every dropout field its architecture trains with set to 0.0 explicitly
+    (:data:`memfit.estimate.shape.DROPOUT_FIELDS`), so the real model and the estimate read the same values.
+
+    >>> without_dropout({"model_type": "gpt2"})["attn_pdrop"]
+    0.0
+    """
+    from memfit.estimate.shape import DROPOUT_FIELDS
+
+    out = dict(config)
+    for key, _default in DROPOUT_FIELDS.get(str(config.get("model_type")), {}).values():
+        out[key] = 0.0
+    return out
+
+
 def hf_config(config: dict[str, Any], spec: RunSpec) -> Any:
     import transformers
 
@@ -88,10 +106,6 @@ def hf_config(config: dict[str, Any], spec: RunSpec) -> Any:
         cfg.pop(k, None)
     c = transformers.AutoConfig.for_model(model_type, **cfg)
     c.use_cache = False
-    for name in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout",
-                 "attention_probs_dropout_prob", "hidden_dropout_prob", "dropout"):
-        if hasattr(c, name) and isinstance(getattr(c, name), float):
-            setattr(c, name, 0.0)
     c._attn_implementation = spec.attention if spec.attention != "flash" else "sdpa"
     return c
 

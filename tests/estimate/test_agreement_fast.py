@@ -35,6 +35,11 @@ MIXTRAL = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "
            "num_key_value_heads": 2, "intermediate_size": 224, "vocab_size": 1000, "max_position_embeddings": 256,
            "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False, "sliding_window": None}
 
+OPT = {"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_dim": 256,
+       "vocab_size": 1000, "max_position_embeddings": 256, "word_embed_proj_dim": 64, "activation_function": "relu"}
+
+# GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
+# embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
 ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
     ("llama lora bf16 eager", LLAMA, RunSpec(method="lora", precision="bf16", attention="eager")),
     ("llama full mixed sdpa", LLAMA, RunSpec(method="full", precision="mixed-bf16", attention="sdpa")),
@@ -44,6 +49,11 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
     ("neox lora fp32 sdpa", NEOX, RunSpec(method="lora", precision="fp32")),
     # PEFT adapts the fused expert parameters too (ParamWrapper): W + delta materialised per forward
     ("mixtral lora all-linear bf16", MIXTRAL, RunSpec(method="lora", precision="bf16", targets=("all-linear",))),
+    # dropout: CPU sdpa takes the math path (fp32 (b, a, s, s) probabilities, noise and dropped copy)
+    ("gpt2 lora bf16 sdpa dropout", GPT2, RunSpec(method="lora", precision="bf16", attention="sdpa")),
+    ("opt full fp32 sdpa dropout", OPT, RunSpec(method="full", precision="fp32", attention="sdpa")),
+    ("llama lora all-linear fp32 lora-dropout", LLAMA, RunSpec(method="lora", precision="fp32",
+                                                                targets=("all-linear",), lora_dropout=0.1)),
 ]
 
 

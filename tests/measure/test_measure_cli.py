@@ -29,7 +29,7 @@ def test_measure_cli_json_in_a_subprocess(config_path: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     plot = tmp_path / "peak.png"
     rc = main(["measure", str(config_path), "--batch", "1", "--seq", "64", "--device", "cpu", "--precision",
-               "fp32", "--method", "lora", "--memory-limit", "3000000", "--steps", "1", "--plot", str(plot),
+               "fp32", "--method", "lora", "--memory-limit", "3000000B", "--steps", "1", "--plot", str(plot),
                "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)

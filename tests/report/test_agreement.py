@@ -1,5 +1,5 @@
-"""Agreement (issue 6), the fast subset: six real architectures scaled down, one real CPU training step
-each (seven rows: Llama also with Adafactor), against the estimate and the trace. A regression in any engine
+"""Agreement (issue 6), the fast subset: seven real architectures scaled down, one real CPU training step
+each (eight rows: Llama also with Adafactor), against the estimate and the trace. A regression in any engine
 fails CI here.
 
 Targets: estimate vs measured median |error| <= 2% and max <= 5%; trace vs measured max <= 1%; the Adafactor
@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from memfit.estimate import ModelShape, lookup  # noqa: E402
-from memfit.report.agreement import FAST_ROWS, fast_matrix, run_matrix, scaled_config  # noqa: E402
+from memfit.report.agreement import FAST_ROWS, fast_matrix, full_matrix, run_matrix, scaled_config  # noqa: E402
 
 
 def test_scaled_configs_keep_real_ratios_and_vocabulary() -> None:
@@ -31,6 +31,17 @@ def test_scaled_configs_keep_real_ratios_and_vocabulary() -> None:
 def test_fast_subset_covers_six_architectures() -> None:
     types = {lookup(m).shape.model_type for m, _ in FAST_ROWS}
     assert len(FAST_ROWS) >= 6 and len(types) >= 6
+
+
+def test_dropout_rows_in_the_fast_subset_and_the_matrix() -> None:
+    """GPT-2 and OPT train with dropout (their configs' defaults, kept by scaled_config); the matrix adds rows
+    with LoRA dropout and with attention / residual dropout set in configs that have none."""
+    fast = [r.label for r in fast_matrix() if r.dropout_label]
+    assert len(fast) >= 2 and any("lora 0.1" in label for label in fast), fast
+    labels = [r.label for r in full_matrix()]
+    assert "gpt2 full fp32 sdpa - b2 s128 dropout(attn 0.1, resid 0.1, embd 0.1)" in labels
+    assert "llama-3.2-1b full fp32 sdpa - b2 s128 dropout(attn 0.1)" in labels
+    assert "llama-3.2-1b full fp32 sdpa - b2 s128" in labels  # dropout 0: the label as before
 
 
 @pytest.mark.slow

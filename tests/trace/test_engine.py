@@ -262,3 +262,23 @@ def test_attention_dropout_takes_flash_on_cuda_but_math_on_cpu() -> None:
     cpu = trace_step(cfg, spec.with_(device="cpu")).saved_by_module["transformer.h.0.attn"]
     cuda = trace_step(cfg, spec.with_(device="cuda")).saved_by_module["transformer.h.0.attn"]
     assert cpu - cuda >= 2 * 4 * 64 * 64 * 2
+
+
+def test_cuda_trace_keeps_dropout_masks_as_bool() -> None:
+    """CUDA's dropout is the fused native_dropout, which keeps a bool mask; CPU's keeps a noise tensor in the
+    input dtype. GPT-2 (resid_pdrop 0.1), fp32, b=2, s=16, h=64: attn.resid_dropout keeps b*s*h = 2,048
+    elements, 2,048 B on CUDA and 8,192 B on CPU; PEFT's lora_dropout on block 1's c_attn input (fp32, 2,048
+    elements; block 0's input needs no gradient) the same. The CUDA estimate keeps the same masks."""
+    from memfit.estimate import ModelShape, estimate_memory
+
+    cfg = tiny_config("gpt2", layers=2, hidden=64, heads=4, vocab=VOCAB)
+    spec = RunSpec(method="lora", precision="fp32", attention="eager", batch=2, seq=16, lora_dropout=0.1)
+    cpu = trace_step(cfg, spec.with_(device="cpu")).saved_by_module
+    cuda = trace_step(cfg, spec.with_(device="cuda")).saved_by_module
+    assert cpu["transformer.h.0.attn.resid_dropout"] == 8_192
+    assert cuda["transformer.h.0.attn.resid_dropout"] == 2_048
+    assert cpu["transformer.h.1.attn.c_attn.lora_dropout.default"] == 8_192
+    assert cuda["transformer.h.1.attn.c_attn.lora_dropout.default"] == 2_048
+    est = estimate_memory(ModelShape.from_hf_config(cfg), spec.with_(device="cuda")).activations.by_component
+    assert est["residual/dropout"] == cuda["transformer.h.1.attn.resid_dropout"] + cuda["transformer.h.1.mlp.dropout"]
+    assert est["lora/dropout"] == cuda["transformer.h.1.attn.c_attn.lora_dropout.default"]

@@ -58,6 +58,33 @@ def test_trace_bad_config_is_one_line(tmp_path, capsys) -> None:
     assert "not valid JSON" in capsys.readouterr().err
 
 
+T5 = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128, "d_kv": 16,
+      "num_heads": 4, "num_layers": 2, "num_decoder_layers": 2, "vocab_size": 300, "is_encoder_decoder": True}
+
+
+def test_an_encoder_decoder_is_named_not_blamed_on_attention(tmp_path, capsys) -> None:
+    """Issue 21.17: a T5 config was told "try --attention eager"; transformers 5.24.0 has no AutoModelForCausalLM
+    class for t5 (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), whatever the attention kernel."""
+    (tmp_path / "config.json").write_text(json.dumps(T5))
+    for command in ("trace", "estimate"):
+        code = main([command, str(tmp_path / "config.json"), "--seq", "32", "--device", "cpu"])
+        err = " ".join(capsys.readouterr().err.split())
+        assert code == 1
+        assert "encoder-decoder" in err and "not supported" in err, err
+        assert "--attention" not in err and "memfit trace` runs" not in err, err
+
+
+def test_trace_check_and_headroom(tmp_path, capsys) -> None:
+    """--check on trace: exit 3 when reserved + headroom exceeds --gpu (the rule estimate prints)."""
+    cfg = tiny_config("llama", layers=1, hidden=32, heads=2, vocab=300)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    base = ["trace", str(tmp_path / "config.json"), "--batch", "1", "--seq", "16", "--device", "cpu"]
+    assert main([*base, "--gpu", "1GiB", "--check"]) == 0
+    assert main([*base, "--gpu", "16KiB", "--check"]) == 3
+    out = " ".join(capsys.readouterr().out.split())
+    assert "does not fit: peak" in out and "headroom" in out
+
+
 from bad_configs import BAD_CONFIGS, BAD_IDS  # noqa: E402
 
 

@@ -18,7 +18,9 @@ checkpointing          (3F + F) / 3F = 4/3 ~ 1.33: every block's forward runs ag
 micro-batch b -> b'    (1 + T0/(b' s)) / (1 + T0/(b s)), T0 = 256 tokens: each micro-step pays a fixed
                        overhead (kernel launches, reading every weight once) worth ~T0 tokens of compute.
                        ASSUMED, not measured: small micro-batches lose some GPU utilisation.
-packing                (1 - waste_random) / (1 - waste_packed) < 1: the same real tokens in fewer rows.
+packing                tokens processed packed / padded, the same examples per optimizer step: R rows of s
+                       tokens against E examples padded to P0 = mean / (1 - waste_random) tokens each,
+                       R x s / (E x P0) < 1 (:func:`memfit.advise.plan.setup_cost`).
 4-bit base (QLoRA)     1.3, ASSUMED: NF4 weights are dequantised on every forward and backward.
 ZeRO-3 / FSDP full     1.1, ASSUMED: 1.5x the communication of data parallelism (Rajbhandari et al. 2020,
                        arXiv:1910.02054); ZeRO-1/2 move as much as DDP's all-reduce (1.0).
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import MemfitError
+from memfit.estimate import ModelShape
 
 FWD_BWD_RATIO = 2.0  # backward FLOPs / forward FLOPs (two matmuls per forward matmul)
 CHECKPOINT_FACTOR_MODEL = (1.0 + FWD_BWD_RATIO + 1.0) / (1.0 + FWD_BWD_RATIO)  # 4/3: one extra forward
@@ -101,12 +104,18 @@ class TimeModel:
         }
 
 
-def time_model_from_measurement(path: str | Path) -> TimeModel:
+def time_model_from_measurement(path: str | Path, *, shape: ModelShape | None = None,
+                                device: str | None = None) -> TimeModel:
     """A TimeModel whose checkpointing factor is measured: the median, over the (batch, seq) points of a
     ``memfit measure --checkpointing both --json`` file, of step_seconds(full) / step_seconds(none).
 
     Reads ``checkpointing_trade[].slowdown``, or pairs ``runs`` (``batch``, ``seq``, ``checkpointing``,
     ``step_seconds``) itself when the trade list is absent.
+
+    A slowdown is a property of one model on one device (a small model on a CPU recomputes at a different
+    ratio than an 8B model on a GPU), so with ``shape`` and ``device`` the file must record the same
+    architecture (its ``model``, resolved as memfit resolves a MODEL, equal to ``shape`` but for the name)
+    and the same device; otherwise a MemfitError names both.
     """
     p = Path(path)
     try:
@@ -117,6 +126,14 @@ def time_model_from_measurement(path: str | Path) -> TimeModel:
         raise MemfitError(f"--measurement {p}: not a JSON file from memfit measure --json ({exc})") from None
     if not isinstance(data, dict):
         raise MemfitError(f"--measurement {p}: not a JSON object from memfit measure --json")
+    if device is not None:
+        measured_on = data.get("device")
+        if measured_on != device:
+            raise MemfitError(f"--measurement {p} was measured on {measured_on or 'an unrecorded device'}; this run "
+                              f"is --device {device}: checkpointing's slowdown differs between devices, so measure "
+                              f"on {device} (memfit measure ... --device {device} --checkpointing both --json)")
+    if shape is not None:
+        _check_same_model(p, data.get("model"), shape)
     ratios = [float(t["slowdown"]) for t in data.get("checkpointing_trade") or []
               if isinstance(t, dict) and isinstance(t.get("slowdown"), int | float) and math.isfinite(t["slowdown"])
               and t["slowdown"] > 0]
@@ -136,6 +153,28 @@ def time_model_from_measurement(path: str | Path) -> TimeModel:
     factor = max(1.0, factor)  # a measured speed-up from checkpointing is noise: count it as free
     return TimeModel(checkpoint_factor=factor,
                      source=f"measured: median of {len(ratios)} point(s) in {p.name}")
+
+
+def _check_same_model(path: Path, measured: object, shape: ModelShape) -> None:
+    """The measurement's ``model`` (a catalogue name or a config path, as given to memfit measure) must be
+    ``shape``'s architecture; a path that no longer resolves is compared by name."""
+    from dataclasses import replace
+
+    from memfit.estimate import resolve_model
+
+    if not isinstance(measured, str) or not measured:
+        raise MemfitError(f"--measurement {path} does not say which model it measured: use a file written by "
+                          "memfit measure MODEL ... --json")
+    try:
+        other = resolve_model(measured)
+    except (MemfitError, OSError):
+        same = measured.strip().lower() == shape.name.lower()
+    else:
+        same = replace(other, name=shape.name) == shape
+    if not same:
+        raise MemfitError(f"--measurement {path} measured {measured}, not {shape.name}: checkpointing's slowdown "
+                          f"depends on the model; measure {shape.name} itself (memfit measure {shape.name} "
+                          "--checkpointing both --json), or drop --measurement for the 4/3 model")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

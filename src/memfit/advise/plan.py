@@ -3,7 +3,10 @@
 The ordered path
 ================
 "When a run does not fit, in order of what you give up" (lesson 7), applied one after the other to the
-user's spec until the estimate fits the GPU with ``headroom`` to spare:
+user's spec until the step fits the GPU by :mod:`memfit.estimate.fits`' rule, the one ``memfit estimate``
+prints: what the step reserves (CUDA: the peak + the allocator's overhead + the CUDA context) plus the
+``headroom`` (default 5% of the GPU) within the GPU's bytes. ``budget_bytes`` is the GPU less the headroom:
+the most the step may reserve.
 
 1. ``checkpointing`` none -> full: costs time only (one extra forward, ~x1.33).
 2. ``micro_batch``: a smaller micro-batch b' with more accumulation, ``b' * grad_accum' = b * grad_accum``
@@ -19,8 +22,10 @@ user's spec until the estimate fits the GPU with ``headroom`` to spare:
 Beyond the lesson, placed by what they give up (time or nothing, so all before step 3): with data,
 ``longest_example`` first (a sequence no longer than the longest example, rounded up to 64, truncates
 nothing: batches are never padded beyond it); ``attention`` eager -> sdpa (a memory-efficient kernel
-gives up nothing); ``packing`` after checkpointing (with data: the real tokens of b randomly padded rows
-fit in ceil(b * (1 - waste_random) / (1 - waste_packed)) packed rows, which saves time as well); after
+gives up nothing); ``packing`` after checkpointing (with data; it keeps the effective batch: the E examples
+of an optimizer step, E x mean tokens, fill R = round(E x mean / (s x packing efficiency)) packed rows of
+s tokens, split into micro-batches of the largest divisor of R not above R / grad_accum; it saves time as
+well, the padding no longer processed); after
 step 2 ``chunked_loss`` (fused linear cross-entropy: no full fp32 logits) and ``sharding`` over
 ``--gpus N`` (ZeRO-1/2/3, the least that fits). A step that saves less than 0.5% of the budget is
 skipped and listed with the reason. If nothing fits, the report names the smallest GPU in the table on
@@ -49,8 +54,11 @@ from memfit.advise.data import SEQ_MULTIPLE, DataProfile
 from memfit.advise.sharding import SHARDINGS, shard_peak
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec
+from memfit.estimate.fits import DEFAULT_HEADROOM, Headroom, judge_fit, reserved_bytes
 from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu
-from memfit.units import parse_size
+
+__all__ = ["ACTIONS", "DEFAULT_HEADROOM", "LESSON_ORDER", "Cheapest", "Evaluator", "FitReport", "FitStep", "Headroom",
+           "RankLesson", "Setup", "fit", "smallest_gpu"]
 
 LESSON_ORDER: tuple[str, ...] = ("checkpointing", "micro_batch", "seq_len", "quantize", "rank")
 ACTIONS: tuple[str, ...] = ("longest_example", "attention", "checkpointing", "packing", "micro_batch",
@@ -59,7 +67,6 @@ MIN_RANK = 8  # the lesson's "64 -> 8"; the rank step never goes below it
 # a step must save at least this much to be taken (else it is listed as skipped): 0.5% of the budget, 1 MiB
 MIN_SAVING_SHARE = 0.005
 MIN_SAVING_BYTES = 1024**2
-DEFAULT_HEADROOM = 0.10  # share of the GPU kept free (allocator fragmentation, CUDA context, spikes)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,55 +87,6 @@ class Setup:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Headroom:
-    """Memory kept free on the GPU: a share of it (``fraction``) or a fixed number of bytes."""
-
-    fraction: float | None = DEFAULT_HEADROOM
-    bytes: int | None = None
-
-    def budget(self, gpu_bytes: int) -> int:
-        """Bytes the peak may reach on a GPU of ``gpu_bytes``: 24 GiB at 10% -> 23,192,823,398 B."""
-        if self.bytes is not None:
-            return gpu_bytes - self.bytes
-        return int(gpu_bytes * (1.0 - (self.fraction or 0.0)))
-
-    def describe(self) -> str:
-        if self.bytes is not None:
-            return f"{self.bytes / 1024**3:.2f} GiB"
-        return f"{100 * (self.fraction or 0.0):g}% of the GPU"
-
-    @classmethod
-    def parse(cls, text: str | float | None) -> Headroom:
-        """``"10%"``, ``"0.1"`` (a share of the GPU) or ``"2GiB"`` (bytes).
-
-        >>> Headroom.parse("10%").fraction, Headroom.parse("2GiB").bytes
-        (0.1, 2147483648)
-        """
-        if text is None:
-            return cls()
-        if isinstance(text, int | float):
-            value = float(text)
-        else:
-            t = text.strip()
-            if t.endswith("%"):
-                value = _float(t[:-1], text) / 100.0
-            elif any(c.isalpha() for c in t):
-                try:
-                    return cls(fraction=None, bytes=parse_size(t))
-                except MemfitError:
-                    raise MemfitError(f"--headroom {text!r}: write a share (0.1 or 10%) or a size (2GiB)") from None
-            else:
-                value = _float(t, text)
-        if not 0.0 <= value < 1.0:
-            raise MemfitError(f"--headroom {text!r} must be a share of the GPU in [0, 1) (0.1 or 10%) or a size "
-                              "such as 2GiB")
-        return cls(fraction=value)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"fraction": self.fraction, "bytes": self.bytes}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class FitStep:
     """One remedy applied on the ordered path: the configuration after it, its peak, what it saved."""
 
@@ -143,6 +101,7 @@ class FitStep:
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "spec": self.setup.spec.to_dict(), "peak_bytes": self.peak_bytes,
+                "reserved_bytes": reserved_bytes(self.peak_bytes, self.setup.spec.device),
                 "saved_bytes": self.saved_bytes, "cost": self.cost, "time_factor": round(self.time_factor, 4),
                 "gives_up": self.gives_up, "sharding": self.setup.sharding, "packing": self.setup.packing,
                 "fits": self.fits}
@@ -229,12 +188,34 @@ class FitReport:
     fallback_seq_rule: str | None
 
     @property
+    def device(self) -> str:
+        return self.initial.spec.device
+
+    @property
+    def initial_reserved_bytes(self) -> int:
+        return reserved_bytes(self.initial_peak_bytes, self.device)
+
+    @property
+    def final_reserved_bytes(self) -> int:
+        return reserved_bytes(self.final_peak_bytes, self.device)
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.headroom.bytes_of(self.gpu.bytes)
+
+    @property
     def fits_initially(self) -> bool:
-        return self.initial_peak_bytes <= self.budget_bytes
+        """The rule of :mod:`memfit.estimate.fits` (reserved + headroom <= GPU), as ``memfit estimate`` says."""
+        return self.initial_reserved_bytes <= self.budget_bytes
 
     @property
     def fits(self) -> bool:
-        return self.final_peak_bytes <= self.budget_bytes
+        return self.final_reserved_bytes <= self.budget_bytes
+
+    def rule(self, peak_bytes: int) -> str:
+        """``reserved 20.42 GiB + headroom 1.20 GiB (5% of the GPU) = 21.62 GiB <= 24.00 GiB (24GiB)``."""
+        per = " per GPU" if self.gpus > 1 else ""
+        return judge_fit(peak_bytes, self.device, self.gpu, self.headroom).rule() + per
 
     def breakdown(self) -> dict[str, int]:
         """Hierarchical byte keys: ``initial/peak``, ``steps/1-checkpointing/peak`` and ``/saved``, ...,
@@ -253,6 +234,7 @@ class FitReport:
             "fits_initially": self.fits_initially,
             "steps": [s.to_dict() for s in self.steps],
             "final": {"spec": self.final.spec.to_dict(), "peak_bytes": self.final_peak_bytes,
+                      "reserved_bytes": self.final_reserved_bytes, "rule": self.rule(self.final_peak_bytes),
                       "sharding": self.final.sharding, "packing": self.final.packing,
                       "cost": self.final_cost.to_dict()},
             "fits": self.fits,
@@ -262,7 +244,9 @@ class FitReport:
             "gpus": self.gpus,
             "headroom": self.headroom.to_dict(),
             "budget_bytes": self.budget_bytes,
-            "initial": {"spec": self.initial.spec.to_dict(), "peak_bytes": self.initial_peak_bytes},
+            "headroom_bytes": self.headroom_bytes,
+            "initial": {"spec": self.initial.spec.to_dict(), "peak_bytes": self.initial_peak_bytes,
+                        "reserved_bytes": self.initial_reserved_bytes, "rule": self.rule(self.initial_peak_bytes)},
             "skipped": [s.to_dict() for s in self.skipped],
             "rank_lesson": self.rank_lesson.to_dict() if self.rank_lesson else None,
             "smallest_gpu": {
@@ -302,6 +286,11 @@ class Evaluator:
             self._estimates[spec] = est
         return est
 
+    def need(self, setup: Setup) -> int:
+        """What the setup reserves per GPU (:func:`memfit.estimate.fits.reserved_bytes` of its peak): the
+        figure judged against the budget (GPU bytes less the headroom)."""
+        return reserved_bytes(self.peak(setup), setup.spec.device)
+
     def peak(self, setup: Setup) -> int:
         key = (setup.spec, setup.sharding)
         value = self._peaks.get(key)
@@ -324,7 +313,11 @@ def setup_cost(initial: Setup, setup: Setup, *, time_model: TimeModel, data: Dat
     t0 = time_model.micro_step_overhead_tokens
     rows0 = s0.batch * s0.grad_accum
     rows = s.batch * s.grad_accum
-    time *= (rows * s0.seq + (rows / s.batch) * t0) / (rows0 * s0.seq + (rows0 / s0.batch) * t0)
+    work = float(rows)  # in the user's rows: an unpacked row processes what the user's rows did
+    if setup.packing and not initial.packing and data is not None:
+        # a packed row processes s tokens; one of the user's padded rows P0 = mean / (1 - waste_random)
+        work = rows * s.seq / data.padded_tokens_per_example(s0.batch, s0.seq)
+    time *= (work * s0.seq + (rows / s.batch) * t0) / (rows0 * s0.seq + (rows0 / s0.batch) * t0)
     if s.method == "qlora" and s0.method != "qlora":
         time *= time_model.qlora_factor
     if setup.sharding == "zero3" and initial.sharding != "zero3":
@@ -348,10 +341,16 @@ def round_up(n: int, multiple: int = SEQ_MULTIPLE) -> int:
     return multiple * max(1, math.ceil(n / multiple))
 
 
-def packed_rows(rows: int, data: DataProfile, batch: int, seq: int) -> int:
-    """Packed rows of ``seq`` tokens per optimizer step carrying the real tokens of ``rows`` randomly
-    batched rows (micro-batch ``batch``)."""
-    return max(1, math.ceil(rows * data.packing_ratio_at(batch, seq)))
+def packed_micro_batch(rows: int, grad_accum: int) -> int:
+    """Rows per micro-step when ``rows`` packed rows make one optimizer step that used ``grad_accum``
+    micro-steps: the largest divisor of ``rows`` not above ceil(rows / grad_accum), so the packed step
+    takes about as many micro-steps as before and never a bigger micro-batch than it needs.
+
+    >>> packed_micro_batch(3, 1), packed_micro_batch(3, 4), packed_micro_batch(6, 2)
+    (3, 1, 3)
+    """
+    target = max(1, math.ceil(rows / grad_accum))
+    return max(d for d in divisors(rows) if d <= target)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -364,6 +363,7 @@ class _Path:
     def __init__(self, ev: Evaluator, initial: Setup, budget: int, time_model: TimeModel,
                  data: DataProfile | None, shape: ModelShape) -> None:
         self.ev, self.budget, self.tm, self.data, self.shape = ev, budget, time_model, data, shape
+        self.initial = initial
         self.current = initial
         self.peak = ev.peak(initial)
         self.steps: list[FitStep] = []
@@ -372,10 +372,10 @@ class _Path:
 
     @property
     def fits(self) -> bool:
-        return self.peak <= self.budget
+        return reserved_bytes(self.peak, self.current.spec.device) <= self.budget
 
     def fits_setup(self, setup: Setup) -> bool:
-        return self.ev.peak(setup) <= self.budget
+        return self.ev.need(setup) <= self.budget
 
     def first_fitting(self, options: list[Setup]) -> Setup | None:
         """The first of ``options`` (least drastic first) that fits, or None."""
@@ -397,7 +397,8 @@ class _Path:
             return
         text = cost(setup) if callable(cost) else cost
         self.steps.append(FitStep(action=action, setup=setup, peak_bytes=peak, saved_bytes=saved, cost=text,
-                                  time_factor=time_factor, gives_up=gives_up, fits=peak <= self.budget))
+                                  time_factor=time_factor, gives_up=gives_up,
+                                  fits=reserved_bytes(peak, setup.spec.device) <= self.budget))
         self.current, self.peak = setup, peak
 
 
@@ -492,15 +493,24 @@ def _packing(p: _Path, data: DataProfile | None) -> None:
         p.take("packing", None, "", why_not="already packed")
         return
     s = p.current.spec
-    ratio = data.packing_ratio_at(s.batch, s.seq)
+    examples = s.batch * s.grad_accum  # examples per optimizer step: one per unpacked row
+    mean, eff = data.mean_tokens(s.seq), data.packing_efficiency(s.seq)
+    exact = data.packed_rows_exact(examples, s.seq)
+    rows = data.packed_rows(examples, s.seq)
+    batch = packed_micro_batch(rows, s.grad_accum)
+    accum = rows // batch
+    setup = p.current.with_(packing=True, batch=batch, grad_accum=accum)
+    cost_of = {x: setup_cost(p.initial, x, time_model=p.tm, data=data).time_factor for x in (p.current, setup)}
+    f = cost_of[setup] / cost_of[p.current]
     waste_random, waste_packed = data.wastes(s.batch, s.seq)
-    rows = max(1, math.ceil(s.batch * s.grad_accum * ratio))
-    batch = max(1, min(s.batch, math.ceil(s.batch * ratio)))
-    accum = math.ceil(rows / batch)
-    p.take("packing", p.current.with_(packing=True, batch=batch, grad_accum=accum),
-           f"time saved: x{ratio:.2f} (padding {100 * waste_random:.0f}% -> {100 * waste_packed:.0f}%, "
-           f"{batch} packed rows carry the real tokens of {s.batch}); keep examples apart (position_ids reset) "
-           "and the -100 labels: check with memfit verify-pack", time_factor=ratio, gives_up="nothing")
+    carried = data.examples_in_rows(rows, s.seq)
+    p.take("packing", setup,
+           f"time saved: x{f:.2f} (padding {100 * waste_random:.0f}% -> {100 * waste_packed:.0f}%); the effective "
+           f"batch kept: {examples:,} examples x mean {mean:,.1f} tokens = {examples * mean:,.0f} tokens per "
+           f"optimizer step / ({s.seq:,} x {100 * eff:.1f}% packing efficiency) = {exact:.2f} -> {rows} rows of "
+           f"{s.seq:,} ({batch} x accum {accum}), carrying {carried:.1f} examples per step on average (was "
+           f"{examples:,}); keep examples apart (position_ids reset) and the -100 labels: check with memfit "
+           "verify-pack", time_factor=f, gives_up="nothing")
 
 
 def _sharding(p: _Path, tm: TimeModel, allowed: bool) -> None:
@@ -598,8 +608,10 @@ def _rank(p: _Path) -> None:
 CHECKPOINT_OPTIONS: tuple[tuple[str, int], ...] = (("none", 2), ("full", 2), ("every-k", 2), ("sqrt", 2))
 
 
-def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterator[Setup]:
-    """Every combination of the knobs the advisor may turn (module docstring)."""
+def candidates(initial: Setup, *, data: DataProfile | None, gpus: int,
+               extra_seqs: tuple[int, ...] = ()) -> Iterator[Setup]:
+    """Every combination of the knobs the advisor may turn (module docstring); ``extra_seqs`` adds sequence
+    lengths to the grid (the ordered path's, so the search can always match the ordered path's plan)."""
     s0 = initial.spec
     ckpts = list(dict.fromkeys([(s0.checkpointing, s0.checkpoint_every), *CHECKPOINT_OPTIONS]))
     seqs = [s0.seq]
@@ -607,7 +619,7 @@ def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterat
         seqs += [data.no_cut_seq_len(), data.recommended_seq_len]
     else:
         seqs += [round_up(3 * s0.seq // 4), round_up(s0.seq // 2)]
-    seqs = sorted({L for L in seqs if L <= s0.seq}, reverse=True)
+    seqs = sorted({L for L in [*seqs, *extra_seqs] if L <= s0.seq}, reverse=True)
     methods = [s0.method] + {"full": ["lora", "qlora"], "lora": ["qlora"], "qlora": []}[s0.method]
     ranks = [s0.rank]
     if s0.is_adapter:  # a full fine-tune switched to LoRA keeps the spec's rank
@@ -622,7 +634,7 @@ def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterat
     rows0 = s0.batch * s0.grad_accum
     for packing, seq in product(packings, seqs):
         repack = packing and data is not None and not initial.packing
-        rows = packed_rows(rows0, data, s0.batch, seq) if repack and data is not None else rows0
+        rows = data.packed_rows(rows0, seq) if repack and data is not None else rows0
         batches = [b for b in divisors(rows) if b <= s0.batch]
         for (ck, every), b, method, rank, attn, loss, shard in product(
                 ckpts, batches, methods, ranks, attentions, losses, shardings):
@@ -634,10 +646,11 @@ def candidates(initial: Setup, *, data: DataProfile | None, gpus: int) -> Iterat
             yield Setup(spec=spec, sharding=shard, packing=packing)
 
 
-def minimal_setups(initial: Setup, *, data: DataProfile | None, gpus: int) -> list[Setup]:
+def minimal_setups(initial: Setup, *, data: DataProfile | None, gpus: int,
+                   extra_seqs: tuple[int, ...] = ()) -> list[Setup]:
     """The few least-memory candidates: if none of them fits, nothing does."""
     s0 = initial.spec
-    cands = list(candidates(initial, data=data, gpus=gpus))
+    cands = list(candidates(initial, data=data, gpus=gpus, extra_seqs=extra_seqs))
     min_seq = min(c.spec.seq for c in cands)
     min_rank = min(c.spec.rank for c in cands)
     most = {"qlora": 0, "lora": 1, "full": 2}
@@ -650,13 +663,13 @@ def minimal_setups(initial: Setup, *, data: DataProfile | None, gpus: int) -> li
 
 
 def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: TimeModel, data: DataProfile | None,
-                 progress: Callable[[int, int], None] | None = None) -> Cheapest:
+                 progress: Callable[[int, int], None] | None = None, extra_seqs: tuple[int, ...] = ()) -> Cheapest:
     """The cheapest fitting configuration: candidates sorted by cost, estimated in that order."""
-    cands = list(candidates(initial, data=data, gpus=ev.gpus))
+    cands = list(candidates(initial, data=data, gpus=ev.gpus, extra_seqs=extra_seqs))
     costed = sorted(((setup_cost(initial, c, time_model=time_model, data=data), c) for c in cands),
                     key=lambda pair: pair[0].key())
     n = len(costed)
-    if all(ev.peak(m) > budget for m in minimal_setups(initial, data=data, gpus=ev.gpus)):
+    if all(ev.need(m) > budget for m in minimal_setups(initial, data=data, gpus=ev.gpus, extra_seqs=extra_seqs)):
         return Cheapest(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=ev.estimates)
     best: tuple[tuple[int, int, int], int, Setup, Cost] | None = None
     best_key = None
@@ -667,7 +680,7 @@ def cheapest_fit(ev: Evaluator, initial: Setup, budget: int, *, time_model: Time
         if progress is not None and i % 64 == 0:
             progress(i, n)
         tie = (len(setup_changes(initial, setup)), _extras(initial, setup), peak)
-        if peak <= budget and (best is None or tie < best[0]):
+        if ev.need(setup) <= budget and (best is None or tie < best[0]):
             best = (tie, peak, setup, cost)
             best_key = cost.key()
     if progress is not None:
@@ -727,10 +740,12 @@ def setup_changes(initial: Setup, setup: Setup) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def smallest_gpu(peak_bytes: int, headroom: Headroom) -> GpuSpec | None:
-    """The smallest GPU of the bundled table on which ``peak_bytes`` fits with ``headroom``."""
+def smallest_gpu(peak_bytes: int, headroom: Headroom, device: str = "cuda") -> GpuSpec | None:
+    """The smallest GPU of the bundled table on which a step of ``peak_bytes`` fits with ``headroom``
+    (:mod:`memfit.estimate.fits`' rule)."""
+    need = reserved_bytes(peak_bytes, device)
     for g in gpu_table():
-        if peak_bytes <= headroom.budget(g.bytes):
+        if need <= headroom.budget(g.bytes):
             return g
     return None
 
@@ -749,7 +764,7 @@ def rank_lesson(ev: Evaluator, spec: RunSpec, budget: int) -> RankLesson | None:
                       activation_bytes=_activation_bytes(est_hi),
                       trainable_from=int(lora_trainable_params(ev.shape, spec)),
                       trainable_to=int(lora_trainable_params(ev.shape, low)),
-                      peak_after_bytes=ev.peak(Setup(spec=low)), fits_after=ev.peak(Setup(spec=low)) <= budget)
+                      peak_after_bytes=ev.peak(Setup(spec=low)), fits_after=ev.need(Setup(spec=low)) <= budget)
 
 
 def _activation_bytes(est: Any) -> int:
@@ -786,7 +801,8 @@ def fit(shape: ModelShape, spec: RunSpec, *, gpu: str | GpuSpec | None = None, g
     initial_peak = path.peak
     ordered_path(path, allow_sharding=gpus > 1)
     final, final_peak = path.current, path.peak
-    cheapest = (cheapest_fit(ev, initial, budget, time_model=time_model, data=data, progress=progress) if search
+    cheapest = (cheapest_fit(ev, initial, budget, time_model=time_model, data=data, progress=progress,
+                             extra_seqs=(final.spec.seq,)) if search
                 else Cheapest(setup=None, peak_bytes=None, cost=None, candidates=0, evaluated=0))
     return FitReport(
         model=shape.name or "model",
@@ -803,18 +819,11 @@ def fit(shape: ModelShape, spec: RunSpec, *, gpu: str | GpuSpec | None = None, g
         final_cost=setup_cost(initial, final, time_model=time_model, data=data),
         cheapest=cheapest,
         rank_lesson=rank_lesson(ev, spec, budget),
-        smallest_gpu_initial=None if initial_peak <= budget else smallest_gpu(initial_peak, headroom),
-        smallest_gpu_final=None if final_peak <= budget else smallest_gpu(final_peak, headroom),
+        smallest_gpu_initial=None if path.fits_setup(initial) else smallest_gpu(initial_peak, headroom, spec.device),
+        smallest_gpu_final=None if path.fits_setup(final) else smallest_gpu(final_peak, headroom, spec.device),
         time_model=time_model,
         data=data,
         fallback_seq_rule=None if data is not None else (
             "no data given: the seq_len step uses the longest multiple of 64 that fits, no shorter than half "
             "the sequence, and cannot say how many examples that truncates"),
     )
-
-
-def _float(text: str, original: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise MemfitError(f"--headroom {original!r}: write a share (0.1 or 10%) or a size (2GiB)") from None

@@ -1,8 +1,14 @@
 """The run-spec flags, declared once and added to every command that takes a spec.
 
-``@spec_options`` extends a command's signature with ``--method``, ``--rank`` ... ``--gpu`` and hands
-the command a validated :class:`~memfit.estimate.spec.RunSpec` as ``spec``. Commands that sweep a
-flag (``measure --batch 1,2,4``) declare that flag themselves and pass ``exclude=("batch",)``.
+``@spec_options`` extends a command's signature with ``--method``, ``--rank`` ... ``--gpu`` and
+``--config FILE`` (repeatable: the user's training configs, :mod:`memfit.configs`), and hands the command a
+validated :class:`~memfit.estimate.spec.RunSpec` as ``spec``: memfit's defaults, then the config files (later
+files win), then the flags given on the command line (found by click's parameter source). Commands that
+sweep a flag (``measure --batch 1,2,4``) declare that flag themselves and pass ``exclude=("batch",)``; a
+config's value fills it when the flag is not given. ``consumes`` names settings RunSpec has no field for
+that the command takes as its own option (``fit --gpus``). A command with a ``config_import`` parameter
+receives the :class:`~memfit.configs.SpecImport` (or None), for the import table and ``--json``; one whose
+MODEL argument is left out gets the model the config names.
 """
 
 from __future__ import annotations
@@ -10,11 +16,13 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 import typer
 
+from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec, parse_targets
 
 _P = inspect.Parameter
@@ -42,10 +50,67 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "padding_mask": (bool, typer.Option("--padding-mask/--no-padding-mask",
                                         help="batches carry a padding attention mask")),
     "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (fused linear cross-entropy)")),
-    "gpu": (str, typer.Option("--gpu", help="a GPU name (memfit gpus) or a size: 24GiB, 80GB")),
+    "gpu": (str, typer.Option("--gpu", help="a GPU name (memfit gpus) or a size with its unit: 24GiB (1024^3 B, "
+                              "as nvidia-smi counts), 80GB (10^9 B); a bare number such as 24 is refused")),
 }
 
+# Flags that act only in some runs: given explicitly anywhere else, they would be silently ignored, so the
+# command refuses them (the spec cannot tell "--rank 16" from the default 16; the command line can).
+ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
+    "rank": (lambda s: s.is_adapter, "--rank is the LoRA rank; --method full trains every weight and has no rank: "
+             "drop --rank or pass --method lora"),
+    "alpha": (lambda s: s.is_adapter, "--alpha is LoRA's scale; --method full has no adapter: drop --alpha or pass "
+              "--method lora"),
+    "lora_dropout": (lambda s: s.is_adapter, "--lora-dropout applies to the LoRA adapter; --method full has none: "
+                     "drop it or pass --method lora"),
+    "targets": (lambda s: s.is_adapter, "--targets chooses LoRA's adapted modules; --method full trains every "
+                "weight: drop --targets or pass --method lora"),
+    "modules_to_save": (lambda s: s.is_adapter, "--modules-to-save lists modules trained in full beside LoRA; "
+                        "--method full trains every module already: drop it or pass --method lora"),
+    "double_quant": (lambda s: s.method == "qlora", "--double-quant/--no-double-quant sets QLoRA's 4-bit base; "
+                     "it does nothing without --method qlora"),
+    "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "
+                         "every-k; with any other --checkpointing it does nothing: add --checkpointing every-k "
+                         "or drop it"),
+}
+# which spec field decides whether each flag above acts (a command that declares that field itself, such
+# as measure's --checkpointing both, checks the flag on its own)
+_DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing"}
+
 _DEFAULTS = RunSpec()
+CONFIG_OPTION = typer.Option(
+    "--config", help="a training config to read the run from (repeatable; later files and explicit flags win): "
+    "axolotl / LLaMA-Factory / TRL / torchtune YAML, TrainingArguments, PEFT adapter_config.json, DeepSpeed "
+    "JSON, accelerate YAML; KIND:FILE names the kind")
+
+_CTX = "memfit_context"
+
+HeadroomFlag = Annotated[str | None, typer.Option(
+    "--headroom", help="memory kept free on top of what the step reserves: a share of the GPU (5%, 0.05) or a "
+    "size (2GiB); default 5%. Fits = reserved (peak + allocator + CUDA context) + headroom <= the GPU")]
+CheckFlag = Annotated[bool, typer.Option(
+    "--check", help="exit code 3 when the run does not fit (0 when it fits), for launch scripts; needs --gpu")]
+EXIT_DOES_NOT_FIT = 3  # documented in README (exit codes)
+
+
+
+def explicit_names(ctx: typer.Context | None, names: list[str]) -> set[str]:
+    """The parameters given on the command line (or by environment), not left at their defaults; all of them
+    when there is no context (the command called from Python)."""
+    if ctx is None:
+        return set(names)
+    out = set()
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out.add(name)
+    return out
+
+
+def _is_argument(p: inspect.Parameter) -> bool:
+    if isinstance(p.default, typer.models.ArgumentInfo):
+        return True
+    return any(isinstance(m, typer.models.ArgumentInfo) for m in getattr(p.annotation, "__metadata__", ()))
 
 
 def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> RunSpec:
@@ -58,15 +123,45 @@ def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> Ru
     return (base or _DEFAULTS).with_(**fields)
 
 
-def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: add the spec flags to a typer command and pass ``spec=RunSpec(...)``."""
+_EXPLICIT: ContextVar[frozenset[str]] = ContextVar("memfit_explicit_flags", default=frozenset())
+
+
+def _given(ctx: Any) -> frozenset[str]:
+    """The command's parameters the user typed (or set in the environment), not defaults: the context's
+    ``get_parameter_source`` (typer 0.29 vendors click 8's; ParameterSource COMMANDLINE / ENVIRONMENT)."""
+    out = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            out.add(name)
+    return frozenset(out)
+
+
+def explicit_flags(names: Iterable[str]) -> set[str]:
+    """The parameters among ``names`` that the user gave on the command line in the running command
+    (set by :func:`spec_options`); empty outside one."""
+    return set(names) & _EXPLICIT.get()
+
+
+def refuse_ignored_flags(spec: RunSpec, explicit: set[str], *, skip: Iterable[str] = ()) -> None:
+    """A MemfitError for the first flag in ``explicit`` that ``spec`` would ignore (:data:`ONLY_WITH`)."""
+    skipped = set(skip)
+    for name, (acts, message) in ONLY_WITH.items():
+        if name in explicit and name not in skipped and not acts(spec):
+            raise MemfitError(message)
+
+
+def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
+                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: add the spec flags and ``--config`` to a typer command and pass ``spec=RunSpec(...)``."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
         # resolve string annotations (``from __future__ import annotations``) so typer sees the real types
         hints = typing.get_type_hints(fn, include_extras=True)
         own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
-               if p.name != "spec"]
+               if p.name not in ("spec", "config_import")]
+        wants_import = "config_import" in sig.parameters
         added = []
         for name, (typ, option) in SPEC_OPTIONS.items():
             if name in exclude:
@@ -77,18 +172,68 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
             if name == "gpu":
                 typ = str | None
             added.append(_P(name, _P.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]))
+        added.append(_P("config", _P.KEYWORD_ONLY, default=None, annotation=Annotated[list[str] | None, CONFIG_OPTION]))
+        context = _P(_CTX, _P.KEYWORD_ONLY, default=None, annotation=typer.Context)  # typer injects it
+        own_names = {p.name for p in own}
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ctx = kwargs.pop(_CTX, None)
+            # typer hands the (vendored) click context itself, not always a typer.Context instance
+            token = _EXPLICIT.set(_given(ctx) if hasattr(ctx, "get_parameter_source") else frozenset())
+            try:
+                return _run(fn, args, kwargs, ctx)
+            finally:
+                _EXPLICIT.reset(token)
+
+        def _run(fn: Callable[..., Any], args: Any, kwargs: dict[str, Any], ctx: Any) -> Any:
             values = {p.name: kwargs.pop(p.name) for p in added if p.name in kwargs}
-            kwargs["spec"] = spec_from_options(values)
+            configs = values.pop("config", None)
+            # a flag whose deciding field the command declares itself is the command's to check
+            skip = [n for n, field in _DECIDED_BY.items() if field in exclude]
+            if not configs:
+                spec = spec_from_options(values)
+                refuse_ignored_flags(spec, explicit_flags(values), skip=skip)
+                kwargs["spec"] = spec
+                if wants_import:
+                    kwargs["config_import"] = None
+                return fn(*args, **kwargs)
+            given = explicit_names(ctx, list(values) + [n for n in (*exclude, *consumes) if n in own_names])
+            si = _import(configs, values, given, consumes, kwargs.get("model"))
+            refuse_ignored_flags(si.spec, explicit_flags(values), skip=skip)
+            kwargs["spec"] = si.spec
+            if "model" in own_names and not kwargs.get("model") and si.model:
+                kwargs["model"] = si.model
+            for name in exclude:  # a command's own sweep option (measure --batch): the config fills it
+                if name in own_names and name not in given and name in si.applied:
+                    kwargs[name] = str(si.applied[name])
+            for name in consumes:
+                if name in own_names and name not in given and name in si.unused:
+                    kwargs[name] = si.unused[name]
+            if wants_import:
+                kwargs["config_import"] = si
             return fn(*args, **kwargs)
 
-        params = [p.replace(kind=_P.KEYWORD_ONLY) if p.kind == _P.POSITIONAL_OR_KEYWORD and p.default is not _P.empty
+        params = [p.replace(kind=_P.KEYWORD_ONLY)
+                  if p.kind == _P.POSITIONAL_OR_KEYWORD and p.default is not _P.empty and not _is_argument(p)
                   else p for p in own]
         positional = [p for p in params if p.kind != _P.KEYWORD_ONLY]
         keyword = [p for p in params if p.kind == _P.KEYWORD_ONLY]
-        wrapper.__signature__ = sig.replace(parameters=positional + keyword + added)  # type: ignore[attr-defined]
+        wrapper.__signature__ = sig.replace(parameters=positional + keyword + added + [context])  # type: ignore[attr-defined]
         return wrapper
 
     return decorate
+
+
+def _import(configs: list[str], values: dict[str, Any], given: set[str], consumes: tuple[str, ...],
+            model: str | None) -> Any:
+    """Read the config files; the flags in ``given`` win over them."""
+    from memfit.configs import import_configs, to_spec
+    from memfit.configs.convert import model_dtype
+
+    imported = import_configs(configs)
+    cli = spec_from_options({k: v for k, v in values.items() if k in given})
+    explicit = {k: getattr(cli, k) for k in given if k in values}
+    name = model or (imported.model.value if imported.model else None)
+    dtype = model_dtype(name) if imported.settings.get("weights_dtype") == "auto" else None
+    return to_spec(imported, explicit=explicit, accepts=consumes, model_dtype=dtype)

@@ -10,10 +10,18 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import app
-from memfit.cli._spec_options import spec_options
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
+from memfit.cli._spec_options import (
+    EXIT_DOES_NOT_FIT,
+    SPEC_OPTIONS,
+    CheckFlag,
+    HeadroomFlag,
+    explicit_flags,
+    spec_options,
+)
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, estimate_memory, resolve_model, rule_of_thumb_activation_bytes
-from memfit.report import console, print_json
+from memfit.report import console, print_config_import, print_json
 from memfit.report.estimate import (
     estimate_table,
     explain_table,
@@ -46,8 +54,9 @@ def _model_positional(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_model_positional
 @spec_options()
 def estimate_command(
-    model: str | None = typer.Argument(None, help="catalogue name, config.json path, or a directory with one "
-                                       "(not needed with --rule-of-thumb)"),
+    model: str | None = typer.Argument(None, help="catalogue name, config.json path or a directory with one, or a "
+                                       "Hub id (org/name, from the local HF cache); not needed with --rule-of-thumb "
+                                       "or a --config that names the model"),
     json_out: JsonFlag = False,
     explain: Annotated[bool, typer.Option("--explain", help="show the formula and numbers behind each figure")]
     = False,
@@ -55,11 +64,28 @@ def estimate_command(
     = False,
     layers: Annotated[int | None, typer.Option("--layers", help="L for --rule-of-thumb without a model")] = None,
     hidden: Annotated[int | None, typer.Option("--hidden", help="h for --rule-of-thumb without a model")] = None,
+    html: HtmlOption = None,
+    force: ForceOption = False,
+    headroom: HeadroomFlag = None,
+    check: CheckFlag = False,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
-    """Predict the peak memory of one training step of MODEL and where every byte goes."""
+    """Predict the peak memory of one training step of MODEL and where every byte goes. With --gpu, whether
+    it fits: reserved (peak + allocator + CUDA context) + headroom <= the GPU, the rule memfit fit uses too.
+    Exit codes: 0 an answer, 1 bad input, 2 usage, 3 does not fit (with --check)."""
+    from memfit.estimate.fits import Headroom
+
+    if rule_of_thumb and html is not None:
+        raise MemfitError("--html draws the full estimate: drop --rule-of-thumb (its one figure needs no chart)")
+    check_html(html, force)
     if rule_of_thumb:
+        unused = sorted(explicit_flags([*SPEC_OPTIONS, "headroom", "check", "explain"]) - {"batch", "seq"})
+        if unused:
+            flags = ", ".join("--" + n.replace("_", "-") for n in unused)
+            raise MemfitError(f"--rule-of-thumb is L*b*s*h*20 from --batch, --seq and --layers/--hidden (or a "
+                              f"MODEL) only: drop {flags}")
         if model is not None:
             shape = resolve_model(model)
             layers = layers or shape.n_layers
@@ -73,17 +99,31 @@ def estimate_command(
             console.print(rule_of_thumb_text(layers, hidden, spec.batch, spec.seq, value), highlight=False)
         return
     if model is None:
-        raise MemfitError("pass a MODEL (see `memfit models`), or --rule-of-thumb with --layers and --hidden")
-    est = estimate_memory(resolve_model(model), spec)
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id), a --config that names "
+                          "one, or --rule-of-thumb with --layers and --hidden")
+    if (layers is not None or hidden is not None):
+        raise MemfitError("--layers and --hidden are for --rule-of-thumb; with a MODEL they come from its config: "
+                          "drop them")
+    if spec.gpu is None and (check or headroom is not None):
+        raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
+                          "memfit gpus, or a size such as 24GiB)")
+    est = estimate_memory(resolve_model(model), spec, headroom=Headroom.parse(headroom))
+    write_html(html, "estimate", est.to_dict(), force)
     if json_out:
-        print_json(est.to_dict())
-        return
-    console.print(estimate_table(est))
-    console.print(states_table(est))
-    console.print(rule_of_thumb_line(est), highlight=False)
-    if explain:
-        console.print(explain_table(est))
-    console.print(verdict(est), highlight=False)
+        out = est.to_dict()
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
+    else:
+        print_config_import(config_import)
+        console.print(estimate_table(est))
+        console.print(states_table(est))
+        console.print(rule_of_thumb_line(est), highlight=False)
+        if explain:
+            console.print(explain_table(est))
+        console.print(verdict(est), highlight=False)
+    if check and est.fits is False:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 
 @app.command("gpus")

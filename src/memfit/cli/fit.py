@@ -1,27 +1,28 @@
 """``memfit fit``: the order of remedies, with the bytes and the time each one costs."""
 
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from memfit.cli._app import app
-from memfit.cli._spec_options import spec_options
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
-from memfit.report import console, print_json
+from memfit.report import console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("fit")
-@spec_options()
+@spec_options(consumes=("gpus",))
 def fit_command(
-    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
+                                                "Hub id; or the model a --config names")] = None,
     gpus: Annotated[int, typer.Option("--gpus", help="data-parallel GPUs: allows ZeRO-1/2/3 (FSDP) sharding; "
                                       "peaks are then per GPU")] = 1,
-    headroom: Annotated[str, typer.Option("--headroom", help="memory kept free: a share of the GPU (10%, 0.1) "
-                                          "or a size (2GiB)")] = "10%",
+    headroom: HeadroomFlag = None,
     data: Annotated[str | None, typer.Option("--data", help="training data (JSONL, JSON, CSV, Parquet, "
                                              "save_to_disk dir): sequence step uses its p95 and packing")] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="tokenizer dir, tokenizer.json or "
@@ -35,22 +36,39 @@ def fit_command(
         "checkpointing slowdown instead of the 4/3 model")] = None,
     search: Annotated[bool, typer.Option("--search/--no-search", help="also search every knob combination "
                                          "for the cheapest fitting configuration")] = True,
+    write: Annotated[str | None, typer.Option("--write", help="write the fitting plan into a copy of the --config "
+                                              "file at this path (its own fields, each with memfit's reason)")] = None,
     json_out: JsonFlag = False,
+    html: HtmlOption = None,
+    force: ForceOption = False,
+    check: CheckFlag = False,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
     """Make a run fit: the lesson's order of remedies (checkpointing, micro-batch + accumulation, shorter
     sequence, 4-bit base, lower rank), each with the estimate after it, the bytes saved and what it costs;
-    then the cheapest fitting configuration over every knob. Sizes in GiB = 1024^3 bytes."""
+    then the cheapest fitting configuration over every knob. Fits = reserved + headroom <= the GPU, the rule
+    memfit estimate prints. Sizes in GiB = 1024^3 bytes. Exit codes: 0 an answer, 1 bad input, 2 usage,
+    3 the run as given does not fit (with --check)."""
     from memfit.advise import DataProfile, Headroom, fit, time_model_from_measurement
     from memfit.report.fit import fit_json, fit_table
 
+    check_html(html, force)
     if spec.gpu is None:
         raise MemfitError("memfit fit needs --gpu: a GPU name (memfit gpus) or a size such as 24GiB")
+    if model is None:
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
+    if write is not None and config_import is None:
+        raise MemfitError("--write writes into a copy of your training config: pass it with --config")
     shape = resolve_model(model)
     room = Headroom.parse(headroom)
-    time_model = time_model_from_measurement(measurement) if measurement else None
+    time_model = time_model_from_measurement(measurement, shape=shape, device=spec.device) if measurement else None
     profile = None
+    fields = {"--text": text, "--prompt": prompt, "--completion": completion, "--messages": messages}
+    if data is None and any(v is not None for v in fields.values()):
+        given = ", ".join(k for k, v in fields.items() if v is not None)
+        raise MemfitError(f"{given} name fields of --data: add --data and --tokenizer, or drop them")
     if data is not None or tokenizer is not None:
         if data is None or tokenizer is None:
             raise MemfitError("--data and --tokenizer go together: the lengths need the real tokenizer")
@@ -69,8 +87,17 @@ def fit_command(
         profile = DataProfile.from_length_report(report, padding_at=padding_at)
     if json_out:
         result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search)
-        print_json(fit_json(result))
+        out = fit_json(result)
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        if write is not None:
+            out["written"] = _write(result, config_import, write, force).to_dict()
+        write_html(html, "fit", out, force)
+        print_json(out)
+        if check and not result.fits_initially:
+            raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
+    print_config_import(config_import)
     from rich.progress import Progress
 
     with Progress(transient=True, console=console) as bar:
@@ -81,4 +108,41 @@ def fit_command(
 
         result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search,
                      progress=progress)
+    write_html(html, "fit", fit_json(result), force)
     console.print(fit_table(result))
+    if write is not None:
+        from memfit.report.configs import written_lines
+
+        for line in written_lines(_write(result, config_import, write, force)):
+            console.print(line, highlight=False)
+    if check and not result.fits_initially:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
+
+
+def _write(result: Any, config_import: Any, path: str, force: bool) -> Any:
+    """``--write``: the ordered plan's changes into a copy of the user's training config."""
+    from memfit.advise.plan import setup_changes
+    from memfit.configs import write_fixed
+
+    if not result.fits:
+        raise MemfitError(f"the plan does not fit on {result.gpu.name}: nothing written to {path}")
+    files = [f for f in config_import.imported.files if f.referenced_by is None]
+    trainers = [f for f in files if f.kind in ("axolotl", "llamafactory", "trl", "hf-trainer", "torchtune")]
+    source = (trainers or files)[0]
+    # the planned run against what the file says: the plan's steps and the flags given on the command line
+    written, final = config_import.file_spec.to_dict(), result.final.spec.to_dict()
+    changes = {k: (written[k], v) for k, v in final.items() if v != written[k] and k != "gpu"}
+    plan = setup_changes(result.initial, result.final)
+    changes.update({k: tuple(plan[k]) for k in ("sharding", "packing") if k in plan})
+    settings = config_import.imported.settings
+    if settings.get("seq_unbounded") and "seq" not in settings:  # max_seq_len null: write the length planned for
+        changes["seq"] = (None, final["seq"])
+    reasons = {k: f"{k} {old} -> {new}, set on the command line" for k, (old, new) in changes.items()}
+    previous = result.initial
+    for i, step in enumerate(result.steps, 1):
+        for name, (old, new) in setup_changes(previous, step.setup).items():
+            reasons[name] = (f"{name} {old} -> {new}, fit step {i} ({step.action}): peak "
+                             f"{step.peak_bytes / 1024**3:.2f} GiB on {result.gpu.name}")
+        previous = step.setup
+    after = {**result.final.spec.to_dict(), "sharding": result.final.sharding, "packing": result.final.packing}
+    return write_fixed(source.path, source.kind, changes, reasons, after, config_import.imported, path, force=force)

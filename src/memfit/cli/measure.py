@@ -5,17 +5,18 @@ see the ``Annotated`` option objects, not strings.
 """
 
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import ONLY_WITH, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, resolve_config
 from memfit.estimate.lora import check_modules_to_save
-from memfit.report import console, err_console, print_json
+from memfit.report import console, err_console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 MEASURE_CHECKPOINTING = ("none", "full", "every-k", "both")
@@ -59,9 +60,10 @@ def pick_device(device: str | None) -> str:
 
 
 @app.command("measure")
-@spec_options(exclude=("batch", "seq", "checkpointing", "device"))
+@spec_options(exclude=("batch", "seq", "checkpointing", "device", "gpu"))
 def measure_command(
-    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
+                                                "Hub id; or the model a --config names")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", help="micro-batch sizes, e.g. 1,2,4")] = "1,2,4",
     seq: Annotated[str, typer.Option("--seq", "-s", help="sequence lengths, e.g. 512,1024")] = "512",
     checkpointing: Annotated[str, typer.Option(
@@ -76,10 +78,14 @@ def measure_command(
         "--max-batch", help="also find the largest micro-batch that fits, by bisection from the estimate")] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="write peak vs batch to this PNG")] = None,
     json_out: JsonFlag = False,
+    html: HtmlOption = None,
+    force: ForceOption = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", hidden=True)] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
                                           "transformers) on stderr")] = False,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
     """Run real training steps (random weights, random tokens) and measure peak memory and time per step.
 
@@ -90,14 +96,23 @@ def measure_command(
     from memfit.units import parse_size
 
     quiet_third_party(verbose)
+    if gpu is not None:
+        raise MemfitError("memfit measure runs real steps on this machine's device and judges no --gpu: pass "
+                          "--memory-limit 24GiB to stop points above a device size (a simulated out-of-memory on "
+                          "CPU), or ask memfit estimate / trace MODEL --gpu whether the run fits a GPU")
+    if model is None:
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
     if checkpointing not in MEASURE_CHECKPOINTING:
         raise MemfitError(f"--checkpointing must be one of {', '.join(MEASURE_CHECKPOINTING)}; got {checkpointing!r}")
     modes = ["none", "full"] if checkpointing == "both" else [checkpointing]
+    if "checkpoint_every" in explicit_flags(["checkpoint_every"]) and "every-k" not in modes:
+        raise MemfitError(ONLY_WITH["checkpoint_every"][1])
     if steps < 1:
         raise MemfitError(f"--steps must be a positive integer; got {steps}")
     limit = parse_size(memory_limit) if memory_limit else None
+    check_html(html, force)
     config = resolve_config(model)
     check_modules_to_save(ModelShape.from_hf_config(config), spec)  # before any worker builds the model
     dev = pick_device(device)
@@ -133,9 +148,14 @@ def measure_command(
 
         require_extra("matplotlib", "plot")
         measure_plot(result, plot)
+    write_html(html, "measure", result.to_dict(), force)
     if json_out:
-        print_json(result.to_dict())
+        out = result.to_dict()
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
         return
+    print_config_import(config_import)
     from memfit.report.measure import measure_report
 
     console.print(measure_report(result))

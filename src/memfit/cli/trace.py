@@ -10,11 +10,12 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import app
+from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
-from memfit.cli._spec_options import spec_options
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
-from memfit.report import console, err_console, print_json
+from memfit.report import console, err_console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
@@ -22,17 +23,40 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output"
 @app.command("trace")
 @spec_options()
 def trace_command(
-    model: Annotated[str, typer.Argument(help="catalogue name, config.json path, or a directory with one")],
+    model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
+                                                "Hub id; or the model a --config names")] = None,
     json_out: JsonFlag = False,
-    top: Annotated[int, typer.Option("--top", help="rows of the per-module table")] = 15,
+    top: Annotated[int, typer.Option("--top", help="rows of the per-module table (0: fold them all)")] = 15,
+    headroom: HeadroomFlag = None,
+    check: CheckFlag = False,
+    html: HtmlOption = None,
+    force: ForceOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
                                           "transformers) on stderr")] = False,
     *,
     spec: RunSpec,
+    config_import: Any = None,
 ) -> None:
     """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
-    holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one."""
+    holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one.
+    With --gpu, whether it fits by the rule memfit estimate prints. Exit codes: 0 an answer, 1 bad input,
+    2 usage, 3 does not fit (with --check)."""
     quiet_third_party(verbose)
+    from dataclasses import replace
+
+    from memfit.estimate.fits import Headroom
+
+    if top < 0:
+        raise MemfitError(f"--top {top}: the per-module table takes 0 rows or more (0 folds them all into one)")
+    if spec.gpu is None and (check or headroom is not None):
+        raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
+                          "memfit gpus, or a size such as 24GiB)")
+    room = Headroom.parse(headroom)
+    if spec.gpu is not None:  # a bad --gpu or --headroom fails now, before the trace
+        from memfit.estimate.fits import judge_fit
+        from memfit.estimate.gpus import resolve_gpu
+
+        judge_fit(0, spec.device, resolve_gpu(spec.gpu), room)
     require_extra("torch", "torch")
     require_extra("transformers", "torch")
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -40,18 +64,29 @@ def trace_command(
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
     from memfit.trace.engine import check_trace_config, check_trace_spec, trace_step
 
+    if model is None:
+        raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     check_trace_spec(spec)
+    check_html(html, force)
     config = load_config(model)
     check_trace_config(config, spec)
-    estimate = _estimate(model, spec)
+    estimate = _estimate(model, spec, room)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
                   transient=True, disable=json_out) as progress:
         task = progress.add_task("tracing", total=None)
         result = trace_step(config, spec, name=model,
                             progress=lambda msg: progress.update(task, description=msg))
+    result = replace(result, headroom=room)
+    write_html(html, "trace", trace_json(result, estimate), force)
     if json_out:
-        print_json(trace_json(result, estimate))
+        out = trace_json(result, estimate)
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
+        if check and result.fits is False:
+            raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
+    print_config_import(config_import)
     console.print(trace_table(result, estimate))
     console.print(module_table(result, top=top))
     console.print(saved_table(result))
@@ -60,6 +95,8 @@ def trace_command(
         console.print(line)
     console.print(f"traced in {result.build_seconds + result.step_seconds:.1f} s "
                   f"(build {result.build_seconds:.1f} s, step {result.step_seconds:.1f} s)", style="dim")
+    if check and result.fits is False:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 
 def load_config(model: str) -> dict[str, Any]:
@@ -77,11 +114,11 @@ def load_config(model: str) -> dict[str, Any]:
     return config
 
 
-def _estimate(model: str, spec: RunSpec) -> Any:
+def _estimate(model: str, spec: RunSpec, headroom: Any = None) -> Any:
     """The analytic estimate for the same spec, shown beside the trace (None if it cannot be made)."""
     try:
         from memfit.estimate import estimate_memory, resolve_model
 
-        return estimate_memory(resolve_model(model), spec).to_dict()
+        return estimate_memory(resolve_model(model), spec, headroom=headroom).to_dict()
     except Exception:  # the trace stands on its own; the estimate column is a comparison
         return None

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memfit.data.load import Skipped
 from memfit.data.padding import PaddingReport, padding_report
+from memfit.data.records import Skipped
+from memfit.data.tokenizer import SpecialTokens
 from memfit.errors import MemfitError
+from memfit.estimate.constants import IGNORE_INDEX, SEQ_MULTIPLE
 
 if TYPE_CHECKING:
     from memfit.data.tokenize import TokenizedExample
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PERCENTILES",
-    "SEQ_MULTIPLE",
     "ActivationRow",
     "LengthReport",
     "analyse_lengths",
@@ -47,9 +48,20 @@ __all__ = [
 ]
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
-SEQ_MULTIPLE = 64  # the recommended sequence length is p95 rounded up to a multiple of this many tokens
 DEFAULT_SEQ_LEN = 2048
 DEFAULT_BATCH = 8
+MIN_SEQ_LEN = 2  # a causal LM learns token t from tokens < t: a 1-token row carries no loss (as memfit pack)
+
+
+def _too_small(flag: str, value: object, least: int) -> str:
+    """The message for a flag below its least value, with the reason where there is one."""
+    if flag == "--seq-len":
+        return (f"--seq-len must be an integer of at least {least} tokens, got {value!r}: a causal LM learns "
+                "each token from the ones before it, so a row of 1 token carries no loss (memfit pack needs "
+                "the same)")
+    if least == 0:
+        return f"{flag} must be a non-negative integer, got {value!r}"
+    return f"{flag} must be a positive integer, got {value!r}"
 
 
 def nearest_rank_percentile(sorted_lengths: np.ndarray, p: float) -> int:
@@ -109,6 +121,7 @@ class LengthReport:
     lengths: list[int] = field(repr=False)
     activations: list[ActivationRow] | None = None
     model: str | None = None
+    special_tokens: SpecialTokens | None = None
 
     @property
     def p95(self) -> int:
@@ -120,7 +133,8 @@ class LengthReport:
         return self.recommended_over / self.count if self.count else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON of issue 7, plus context keys (source, tokenizer, seq_len, batch, padding details)."""
+        """The figures (count, min, mean, max, percentiles, recommended_seq_len, over_seq_len, truncated_tokens,
+        loss_tokens, padding_waste, skipped), then where they came from and the details behind them."""
         d: dict[str, Any] = {
             "count": self.count,
             "min": self.min,
@@ -145,6 +159,8 @@ class LengthReport:
             "recommended_truncated_share": self.recommended_truncated_share,
             "padding": self.padding.to_dict(),
         }
+        if self.special_tokens is not None:
+            d["special_tokens"] = self.special_tokens.to_dict()
         if self.activations is not None:
             d["model"] = self.model
             d["activations"] = [a.to_dict() for a in self.activations]
@@ -170,10 +186,28 @@ def length_report(
     tokenizer: str = "",
     seed: int = 0,
 ) -> LengthReport:
-    """Statistics of ``lengths`` (module docstring). ``examples`` (same order) give the loss tokens, which
-    are reported for the prompt/completion and chat modes (``None`` in text mode, where every token does)."""
-    if seq_len < 1:
-        raise MemfitError(f"--seq-len must be a positive integer, got {seq_len}")
+    """Statistics of ``lengths`` (module docstring).
+
+    Args:
+        lengths: tokens per example, in file order.
+        seq_len: the training sequence length (truncation, packed rows); at least 2.
+        batch: the micro-batch size the padding waste is worked at.
+        examples: the tokenized examples, in the same order: they give the loss tokens, reported for the
+            prompt/completion and chat modes (``None`` in text mode, where every token carries loss).
+        mode: the layout the examples were tokenised in (``"text"``, ``"prompt_completion"``, ``"messages"``).
+        skipped: the records that were not analysed.
+        source: the data's name, for the report.
+        tokenizer: the tokenizer's name, for the report.
+        seed: seed of the random batch order.
+
+    Returns:
+        The report (without activations: :func:`strategy_activations` adds them).
+
+    Raises:
+        MemfitError: ``seq_len < 2`` or no lengths.
+    """
+    if seq_len < MIN_SEQ_LEN:
+        raise MemfitError(_too_small("--seq-len", seq_len, MIN_SEQ_LEN))
     lens = np.asarray(lengths, dtype=np.int64)
     if lens.size == 0:
         raise MemfitError(f"{source or 'the data'} has no examples to measure")
@@ -183,7 +217,7 @@ def length_report(
     loss = loss_cut = None
     if examples is not None and mode != "text":
         loss = sum(e.loss_tokens for e in examples)
-        loss_cut = sum(sum(1 for t in e.labels[seq_len:] if t != -100) for e in examples if len(e) > seq_len)
+        loss_cut = sum(sum(1 for t in e.labels[seq_len:] if t != IGNORE_INDEX) for e in examples if len(e) > seq_len)
     return LengthReport(
         source=source,
         tokenizer=tokenizer,
@@ -220,21 +254,43 @@ def analyse_lengths(
     batch: int = DEFAULT_BATCH,
     seed: int = 0,
     progress: bool = False,
+    eos: str | bool | None = None,
 ) -> LengthReport:
-    """Load ``data``, tokenise it with ``tokenizer`` (a path, or a loaded tokenizer) and report its lengths.
+    """Load ``data``, tokenise it with ``tokenizer`` and report its lengths.
 
     The one call other commands use (``memfit fit --data`` takes ``report.p95`` and
-    ``report.recommended_seq_len`` from here).
-    """
-    from memfit.data.load import load_records
-    from memfit.data.tokenize import tokenize_records
-    from memfit.data.tokenizer import load_tokenizer, tokenizer_name
+    ``report.recommended_seq_len`` from here). Examples that tokenise to nothing (or chats the template
+    rejects) are counted in ``skipped``, not measured.
 
-    for flag, value in (("--seq-len", seq_len), ("--batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise MemfitError(f"{flag} must be a positive integer, got {value!r}")
+    Args:
+        data: the data file or ``save_to_disk`` directory (:func:`memfit.data.formats.load_records`).
+        tokenizer: a tokenizer path (:func:`memfit.data.tokenizer.load_tokenizer`) or a loaded tokenizer.
+        text: the field holding the whole text.
+        prompt: the field holding the prompt (no loss).
+        completion: the field holding the completion.
+        messages: the field holding a chat. With no field named, they are inferred.
+        seq_len: the training sequence length, at least 2.
+        batch: the micro-batch size the padding waste is worked at, at least 1.
+        seed: seed of the random batch order, at least 0.
+        progress: show a progress bar while tokenising.
+        eos: ``load_tokenizer``'s ``eos`` (``--eos TOKEN`` / ``--no-eos``; ``None``: the tokenizer's own rule),
+            used when ``tokenizer`` is a path.
+
+    Returns:
+        The report, with the special-tokens rule that was applied.
+
+    Raises:
+        MemfitError: a bad flag value, an unreadable file or tokenizer, or no example to measure.
+    """
+    from memfit.data.formats import load_records
+    from memfit.data.tokenize import tokenize_records
+    from memfit.data.tokenizer import load_tokenizer, special_tokens, tokenizer_name
+
+    for flag, value, least in (("--seq-len", seq_len, MIN_SEQ_LEN), ("--batch", batch, 1), ("--seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise MemfitError(_too_small(flag, value, least))
     loaded = load_records(data, text=text, prompt=prompt, completion=completion, messages=messages)
-    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
+    tok = load_tokenizer(tokenizer, eos=eos) if isinstance(tokenizer, str | Path) else tokenizer
     spec = loaded.spec
     rejected: dict[int, str] = {}
     examples = tokenize_records(tok, loaded.records, text=spec.text, prompt=spec.prompt,
@@ -247,8 +303,10 @@ def analyse_lengths(
         skipped.sort(key=lambda s: s.line)
         drop = set(empty)
         examples = [e for i, e in enumerate(examples) if i not in drop]
-    return length_report([len(e) for e in examples], seq_len=seq_len, batch=batch, examples=examples,
-                         mode=spec.mode, skipped=skipped, source=str(data), tokenizer=tokenizer_name(tok), seed=seed)
+    report = length_report([len(e) for e in examples], seq_len=seq_len, batch=batch, examples=examples,
+                           mode=spec.mode, skipped=skipped, source=str(data), tokenizer=tokenizer_name(tok),
+                           seed=seed)
+    return replace(report, special_tokens=special_tokens(tok))
 
 
 def strategy_activations(report: LengthReport, shape: ModelShape, spec: RunSpec) -> list[ActivationRow]:
@@ -258,11 +316,8 @@ def strategy_activations(report: LengthReport, shape: ModelShape, spec: RunSpec)
 
     Calls ``memfit.estimate.estimate_memory(shape, spec)`` with ``batch`` and ``seq`` replaced.
     """
-    try:
-        from memfit.estimate import estimate_memory
-    except ImportError as exc:
-        raise MemfitError("--model needs memfit's estimate (memfit.estimate.estimate_memory), "
-                          "which this installation lacks") from exc
+    from memfit.estimate import estimate_memory
+
     rows = []
     for s in report.padding.strategies():
         batch = s.batch
@@ -270,27 +325,7 @@ def strategy_activations(report: LengthReport, shape: ModelShape, spec: RunSpec)
         at_peak = estimate_memory(shape, spec.with_(batch=batch, seq=max(1, s.peak_len)))
         at_mean = estimate_memory(shape, spec.with_(batch=batch, seq=mean_len))
         rows.append(ActivationRow(strategy=s.strategy, batch=batch, peak_len=s.peak_len, mean_len=mean_len,
-                                  activation_bytes_peak=activation_bytes(at_peak),
-                                  activation_bytes_mean=activation_bytes(at_mean),
-                                  peak_bytes=int(at_peak.peak_bytes)))
+                                  activation_bytes_peak=at_peak.activation_bytes,
+                                  activation_bytes_mean=at_mean.activation_bytes,
+                                  peak_bytes=at_peak.peak_bytes))
     return rows
-
-
-def activation_bytes(estimate: Any) -> int:
-    """The activation bytes of an estimate result (its ``activations`` component)."""
-    for name in ("activation_bytes", "activations"):
-        value = getattr(estimate, name, None)
-        if isinstance(value, int):
-            return value
-        if value is not None:
-            for attr in ("total", "bytes", "total_bytes"):
-                inner = getattr(value, attr, None)
-                if isinstance(inner, int):
-                    return inner
-    breakdown = estimate.breakdown() if hasattr(estimate, "breakdown") else {}
-    keys = [k for k in breakdown if k == "activations" or k.startswith("activations/")]
-    if "activations" in keys:
-        return int(breakdown["activations"])
-    if keys:
-        return int(sum(breakdown[k] for k in keys if k.count("/") == 1))
-    raise MemfitError("the estimate reports no activation component")

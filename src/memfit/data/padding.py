@@ -19,16 +19,19 @@ Lengths are first capped at the sequence length (training truncates there). The 
     out-of-memory error comes first. Reproduced here exactly (a test checks it against transformers given
     the same permutation).
 ``packed``
-    Best-fit decreasing (:func:`memfit.data.pack.pack_bfd`) into rows of ``seq_len`` tokens; every row is
-    processed at ``seq_len`` (fixed-shape rows), so ``waste = 1 - tokens / (rows * seq_len)``, i.e.
+    Rows of ``seq_len`` tokens filled by :func:`memfit.data.binpack.fill_rows` (``memfit pack``'s rule); every
+    row is processed at ``seq_len`` (fixed-shape rows), so ``waste = 1 - tokens / (rows * seq_len)``, i.e.
     one minus ``memfit pack``'s efficiency. A packed micro-batch holds as many rows as carry ``B``
     examples on average, ``ceil(B * rows / n)``, so every strategy trains on about the same number of
     examples per step (``BatchPadding.batch`` is that row count; it sets the activation memory).
 
+Cost: a permutation, a sort per megabatch and the packing, O(n log n) in all.
+
 Worked example, ``B = 2``, lengths in batch order ``[10, 2, 7, 7]``: batches (10, 2) and (7, 7) process
-``2*10 + 2*7 = 34`` tokens for 26 real ones: waste ``1 - 26/34 = 23.5%``. Packed into rows of 16,
-longest first: 10 opens row A (room 6), 7 opens row B (room 9), the next 7 fits only B (room 2), and 2
-goes to the tightest row that fits, B (room 0): two rows, 32 slots, waste ``1 - 26/32 = 18.75%``.
+``2*10 + 2*7 = 34`` tokens for 26 real ones: waste ``1 - 26/34 = 23.5%``. Packed into rows of 16: row A
+takes the 10 (leftover 6, between the shortest and longest lengths left, 2 and 7: fillable) and the 2, then
+closes with room 4, less than a 7; row B takes the two 7s. Two rows, 32 slots, waste
+``1 - 26/32 = 18.75%``; ``ceil(2 * 2 / 4) = 1`` row per micro-batch.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from memfit.data.binpack import fill_rows
 from memfit.errors import MemfitError
 
 __all__ = [
@@ -168,6 +172,8 @@ def padding_report(lengths: Sequence[int] | np.ndarray, *, batch: int, seq_len: 
         raise MemfitError(f"--batch must be a positive integer, got {batch}")
     if seq_len < 1:
         raise MemfitError(f"--seq-len must be a positive integer, got {seq_len}")
+    if seed < 0:
+        raise MemfitError(f"--seed must be a non-negative integer, got {seed}")
     lens = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
     if lens.size and int(lens.min()) < 1:
         raise MemfitError("an example has no tokens; drop empty examples before measuring padding")
@@ -181,9 +187,7 @@ def padding_report(lengths: Sequence[int] | np.ndarray, *, batch: int, seq_len: 
 
 
 def _packed(lens: np.ndarray, batch: int, seq_len: int) -> BatchPadding:
-    from memfit.data.pack import pack_bfd
-
-    _, starts = pack_bfd(lens, seq_len)
+    _, starts = fill_rows(lens, seq_len)
     rows = int(starts.size - 1)
     rows_per_step = max(1, -(-batch * rows // max(1, int(lens.size))))  # ceil(B * rows / n)
     return BatchPadding(strategy="packed", batch=rows_per_step, real_tokens=int(lens.sum()),

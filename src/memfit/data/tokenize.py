@@ -5,7 +5,9 @@ Three layouts, each encoded in batches through the fast (Rust) tokenizer:
 ``text``
     ``tokenizer(text)`` with the tokenizer's own special tokens (BOS for Llama 2), then EOS appended
     when the tokenizer has one and the text does not already end with it (TRL's ``SFTTrainer`` does the
-    same, so the model learns to stop). Every token carries the loss: ``labels == input_ids``.
+    same, so the model learns to stop). Which token is EOS, if any, is the rule of
+    :func:`memfit.data.tokenizer.special_tokens` (``--eos``/``--no-eos``, ``tokenizer_config.json``, the
+    post-processor, the SentencePiece model). Every token carries the loss: ``labels == input_ids``.
 
 ``prompt`` + ``completion``
     The prompt and the completion are tokenised separately and concatenated:
@@ -38,15 +40,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memfit.data.load import FieldSpec, infer_fields, normalise_messages
+from memfit.data.records import FieldSpec, infer_fields, normalise_messages
+from memfit.data.tokenizer import special_tokens
 from memfit.errors import MemfitError
+from memfit.estimate.constants import IGNORE_INDEX
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["IGNORE_INDEX", "TokenizedExample", "assistant_spans", "render_chats", "tokenize_records"]
+__all__ = ["TokenizedExample", "assistant_spans", "render_chats", "tokenize_records"]
 
-IGNORE_INDEX = -100  # the label PyTorch's cross_entropy (and transformers) ignore
 CHUNK = 1024  # records per batched encode call (one progress-bar step)
 
 
@@ -83,10 +86,25 @@ def tokenize_records(
 ) -> list[TokenizedExample]:
     """Tokenise ``records`` (one example each, in order) in one of the three layouts (module docstring).
 
-    ``add_eos`` appends EOS in the text and prompt/completion layouts (chats end as their template says).
-    With no field named, the fields are inferred as :func:`memfit.data.load.infer_fields` does.
-    A chat the template rejects raises a MemfitError naming it; pass a ``rejected`` dict to collect such
-    chats there instead (index -> reason), each standing in the output as an empty example.
+    Args:
+        tokenizer: a fast transformers tokenizer (:func:`memfit.data.tokenizer.load_tokenizer`).
+        records: the records, as :func:`memfit.data.formats.load_records` reads them.
+        text: the field holding the whole text.
+        prompt: the field holding the prompt (no loss).
+        completion: the field holding the completion.
+        messages: the field holding a chat. With no field named, the fields are inferred as
+            :func:`memfit.data.records.infer_fields` does.
+        progress: show a progress bar.
+        add_eos: append EOS in the text and prompt/completion layouts (chats end as their template says).
+        rejected: collect the chats the template rejects here (index -> reason), each standing in the output
+            as an empty example; without it such a chat raises.
+
+    Returns:
+        One example per record, in order.
+
+    Raises:
+        MemfitError: no field named or inferable, no chat template for ``messages``, or a chat the template
+            rejects (without ``rejected``).
     """
     spec = FieldSpec(text=text, prompt=prompt, completion=completion, messages=messages)
     if spec.mode == "none" and records:  # the same inference as load_records
@@ -94,7 +112,7 @@ def tokenize_records(
         for r in records[:1000]:
             seen.update(dict.fromkeys(map(str, r)))
         spec = infer_fields(list(seen))
-    eos = tokenizer.eos_token_id if add_eos else None
+    eos = special_tokens(tokenizer).eos_id if add_eos else None
     with _Progress(len(records), enabled=progress) as bar:
         if spec.mode == "text":
             ids = _encode([r[spec.text] for r in records], tokenizer, special=True, bar=bar)

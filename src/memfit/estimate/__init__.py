@@ -3,6 +3,11 @@
 Pure Python: this package never imports torch (a test imports it with torch blocked).
 """
 
+import importlib as _importlib
+import sys as _sys
+import types as _types
+from typing import Any
+
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
 from memfit.estimate.budget import Explanation, MemoryEstimate, estimate_memory
 from memfit.estimate.catalogue import CatalogueEntry, catalogue, lookup, resolve_config, resolve_model
@@ -44,3 +49,17 @@ __all__ = [
     "smallest_fitting_gpu",
     "validate_config",
 ]
+
+
+class _EstimatePackage(_types.ModuleType):
+    """``memfit.estimate`` is this package and, called, :func:`memfit.api.estimate`:
+    ``memfit.estimate("llama-3.1-8b", rank=16, batch=4)`` returns a :class:`MemoryEstimate`."""
+
+    def __call__(self, model: str | None = None, /, **kwargs: Any) -> MemoryEstimate:
+        # memfit.api reads config files (memfit.configs, a layer above this package): imported on call
+        api = _importlib.import_module("memfit.api")
+        result: MemoryEstimate = api.estimate(model, **kwargs)
+        return result
+
+
+_sys.modules[__name__].__class__ = _EstimatePackage

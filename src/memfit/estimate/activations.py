@@ -18,6 +18,10 @@ LayerNorm              x, mean, rstd (when anything involved requires grad)
 eager attention        q and k (as matmul operands), softmax output (fp32), probabilities in the
                        compute dtype, v:  O(b*a*s^2)
 sdpa / flash           q, k, v, output, logsumexp (b*a*s fp32): no s^2 term
+dropout(x), 0 < p < 1  CUDA: a bool mask (1 B per element); CPU: a noise tensor in x's dtype; the next op
+                       saves the dropped copy (model dropout from the config, PEFT's ``lora_dropout``)
+sdpa, dropout, CPU     the composite math path (the CPU flash kernel has no dropout): fp32 q', k', v'
+                       copies (3 b*a*s*d) and softmax output, noise, dropped probabilities (3 b*a*s*s)
 embedding              the token ids (int64) when the table is trained
 cross-entropy          log-softmax output, fp32 b*s*V, the shifted labels (int64)
 PEFT ParamWrapper      (MoE, ``all-linear``) the effective expert weight W + delta, E*out*in in the
@@ -271,17 +275,37 @@ class _Block:
         if ad is None:
             return out
         r = lora_rank(ad, spec.rank)
-        # PEFT: x = x.to(lora_A.weight.dtype) (fp32), dropout, lora_A, lora_B, * scaling, add, .to(result dtype)
+        # PEFT 0.21.2 lora.Linear.forward: x = x.to(lora_A.weight.dtype) (fp32), then per adapter
+        # lora_B(lora_A(dropout(x))) * scaling, added, .to(result dtype). Each adapted linear has its own
+        # nn.Dropout and its own cast: q, k and v share nothing. lora_A saves the dropped copy.
         xa = ctx.cast(x, FP32)
-        if spec.lora_dropout > 0:
-            # dropout keeps its mask (1 byte per element) and its output for lora_A
-            mask = ctx.new(xa.numel, 1, False)
-            ctx.save(mask, "lora/dropout_mask")
-            xa = ctx.new(xa.numel, FP32, xa.rg)
+        xa = self.dropout(xa, spec.lora_dropout, "lora/dropout")
         a_out = ctx.linear(xa, rows * r, _Param(r * lin.in_features, FP32, True), "lora/A")
         b_out = ctx.linear(a_out, rows * lin.out_features, _Param(r * lin.out_features, FP32, True), "lora/B")
         res = ctx.add(out, b_out)
         return ctx.cast(res, out.bpe) if not ctx.autocast else ctx.cast(res, out.bpe)
+
+    def dropout(self, x: _T, p: float, comp: str) -> _T:
+        """``F.dropout(x, p, training=True)`` (torch 2.13 ``at::dropout``): the identity for p == 0 (no op, no
+        new tensor). For 0 < p < 1 a new output (x's numel, x's dtype: dropout is on no autocast list) and,
+        when x requires grad, what the backward needs to rescale the gradient:
+
+        - CUDA: the fused ``native_dropout`` kernel, which saves a bool mask, 1 B per element;
+        - CPU: ``at::dropout`` takes the fused kernel only on CUDA/XPU/lazy devices; elsewhere it builds
+          ``noise = empty_like(x).bernoulli_(1 - p).div_(1 - p)`` and returns ``x * noise``, so the multiply
+          saves the noise, a tensor in x's dtype (4 B per element in fp32, 2 in bf16).
+
+        The next op saves the dropped output, not x.
+
+        Worked (b=2, s=16, h=64, fp32; tests/estimate/test_dropout.py): the residual dropout after an
+        attention output projection keeps b*s*h*1 = 2,048 B on CUDA, b*s*h*4 = 8,192 B on CPU.
+        """
+        if p <= 0.0:
+            return x
+        ctx = self.ctx
+        if x.rg:
+            ctx.save(ctx.new(x.numel, 1 if self.spec.device == "cuda" else x.bpe, False), comp)
+        return ctx.op((x,), ctx.new(x.numel, x.bpe, x.rg))
 
     def _qlinear(self, x: _T, lin: Linear, rows: int, comp: str) -> _T:
         """bitsandbytes Linear4bit: x.to(compute dtype); MatMul4Bit keeps only the 4-bit weight for the
@@ -359,12 +383,16 @@ class _Block:
                 sc = ctx.unary_saving_output(sc, f"{comp}/softcap")  # tanh
                 sc = ctx.new(scores, sc.bpe, sc.rg)  # * softcap
             if s.model_type == "gpt2":
-                p = ctx.unary_saving_output(sc, f"{comp}/scores")  # softmax in the input dtype
+                # softmax(attn_weights, dim=-1) in the input dtype, except under autocast, which runs softmax in
+                # fp32 (on CPU's and CUDA's fp32 lists); then .type(value.dtype) makes the bf16 copy
+                p = ctx.unary_saving_output(sc, f"{comp}/scores", bpe=FP32 if ctx.autocast else None)
                 p = ctx.cast(p, v.bpe)
             else:
                 p32 = ctx.unary_saving_output(sc, f"{comp}/scores", bpe=FP32)  # softmax(dtype=fp32)
                 p = ctx.cast(p32, q.bpe)  # .to(query.dtype)
             ctx.transient = max(ctx.transient, scores * FP32 + scores * sc.bpe)
+            # F.dropout(attn_weights, p=dropout): its mask, and the product with v saves the dropped copy
+            p = self.dropout(p, s.attention_dropout, f"{comp}/dropout")
             o = ctx.matmul(p, v, b * a * sq * d, f"{comp}/pv")
             out = ctx.new(b * sq * a * d, o.bpe, o.rg)  # transpose(1, 2).contiguous()
             return out
@@ -374,9 +402,16 @@ class _Block:
         # transformers passes enable_gqa=True to sdpa when there is no mask and head_dim <= 256; otherwise
         # it repeats k and v to all heads (copies) before the call
         gqa_native = impl == "flash" or (not spec.padding_mask and d <= 256)
-        if a != kv and not gqa_native:
+        repeated = a != kv and not gqa_native
+        if repeated:
             k = ctx.new(b * a * sq * d, k.bpe, k.rg)
             v = ctx.new(b * a * sq * d, v.bpe, v.rg)
+        if s.attention_dropout > 0.0 and impl == "sdpa" and spec.device == "cpu":
+            return self._sdpa_math(q, k, v, comp, v_contiguous=repeated)
+        # CUDA's flash and memory-efficient kernels apply dropout inside the kernel and recompute the mask in
+        # the backward from the RNG seed and offset, which torch 2.13 keeps as two 0-d int64 *host* tensors
+        # (``at::scalar_tensor(seed, at::dtype(at::kLong))`` in flash_api.cpp mha_fwd and in
+        # ``_efficient_attention_forward``, outside CUDA-graph capture): no GPU bytes, whatever dropout_p is.
         rg = q.rg or k.rg or v.rg
         out = ctx.new(b * a * sq * d, q.bpe, rg)
         if rg:
@@ -391,6 +426,52 @@ class _Block:
         # output is (b, a, s, d) -> transpose(1, 2).contiguous()? sdpa returns a (b, s, a, d) view; transformers
         # transposes it back and reshapes: for the CPU kernel the result is already contiguous in (b, s, a, d).
         return out.view(b * sq * a * d)
+
+    def _sdpa_math(self, q: _T, k: _T, v: _T, comp: str, *, v_contiguous: bool) -> _T:
+        """CPU ``scaled_dot_product_attention`` with ``dropout_p > 0``: torch 2.13's CPU flash kernel has no
+        dropout (``check_for_dropout`` in sdp_utils_cpp), so sdpa runs the composite
+        ``_scaled_dot_product_attention_math``, in fp32 whatever the input dtype (bf16/fp16 q, k, v are
+        upcast; under autocast after autocast's own cast to bf16), with no autocast inside::
+
+            q' = q * sqrt(scale); k' = repeat_kv(k)^T * sqrt(scale)      # new fp32 (b*a, s, d): the bmm saves both
+            p  = _safe_softmax(q' @ k')                                  # saves its output, fp32 b*a*s*s
+            p  = dropout(p)                                              # CPU: the fp32 noise, b*a*s*s
+            o  = p @ v'                                                  # saves the dropped p and v'
+            o.to(q.dtype), then transformers' transpose(1, 2).contiguous()
+
+        Saved per layer: 3 fp32 (b, a, s, d) tensors + 3 fp32 (b, a, s, s) tensors, the O(s^2) that the fused
+        kernel avoids. A padding mask is added in place (not saved). Checked against a real step: GPT-2
+        (b=2, s=24, a=4, d=16, fp32) keeps 3 * 12,288 + 3 * 18,432 = 92,160 B in ``attn``.
+
+        v' is the bmm's (b*a, s, d) operand: a copy (v.float(), the GQA repeat_interleave, or the reshape of a
+        transposed view), except for an fp32 v that reshapes as a view: v already contiguous (transformers'
+        repeat_kv), or batch 1, where (1, a, s, d) -> (a, s, d) only drops a dimension. Then v' keeps v's
+        whole storage: for GPT-2 at batch 1 the 3h-wide c_attn output (T*3h*4 B, not T*h*4).
+        """
+        ctx, s, spec = self.ctx, self.s, self.spec
+        b, sq, a, d = spec.batch, spec.seq, s.n_heads, s.head_dim
+        n, scores = b * a * sq * d, b * a * sq * sq
+        rg = q.rg or k.rg or v.rg
+        qs = ctx.op((q,), ctx.new(n, FP32, q.rg))  # query_acc * scaling_factor
+        ks = ctx.op((k,), ctx.new(n, FP32, k.rg))  # key_acc (repeat_interleave for GQA).transpose * scaling_factor
+        if ks.rg:
+            ctx.save(qs, f"{comp}/qk")
+        if qs.rg:
+            ctx.save(ks, f"{comp}/qk")
+        sc = ctx.op((qs, ks), ctx.new(scores, FP32, rg))
+        p = ctx.unary_saving_output(sc, f"{comp}/scores")
+        p = self.dropout(p, s.attention_dropout, f"{comp}/dropout")
+        math_repeat = s.n_heads != s.n_kv_heads and not v_contiguous  # enable_gqa: repeat_interleave inside
+        if v.bpe == FP32 and not math_repeat and (v_contiguous or spec.batch == 1):
+            vv = v  # a view of v's storage
+        else:
+            vv = ctx.new(n, FP32, v.rg)  # a contiguous fp32 copy
+        if p.rg:
+            ctx.save(vv, f"{comp}/pv")
+        if vv.rg:
+            ctx.save(p, f"{comp}/pv")
+        o = ctx.op((p, vv), ctx.new(n, FP32, rg))
+        return ctx.new(n, q.bpe, o.rg)
 
     def rope(self, x: _T, cos: _T, sin: _T, comp: str) -> _T:
         """x * cos + rotate_half(x) * sin (on the rotary slice; the rest is concatenated back)."""
@@ -434,11 +515,13 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
             v = ctx.new(T * h, qkv.bpe, qkv.rg)
         o = blk.attention_core(q, k, v)
         o = blk.lin(o, lins["attn.c_proj"], "attention/out")
+        o = blk.dropout(o, shape.residual_dropout, "residual/dropout")  # attn.resid_dropout
         x = ctx.add(x, o)
         n2 = blk.layernorm(x, "norm")
         f = blk.lin(n2, lins["mlp.c_fc"], "mlp/up")
         f = blk.act(f, "mlp/act")
         f = blk.lin(f, lins["mlp.c_proj"], "mlp/down")
+        f = blk.dropout(f, shape.residual_dropout, "residual/dropout")  # mlp.dropout
         return ctx.add(x, f)
 
     if t == "gpt_neox":
@@ -452,6 +535,7 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
         k = blk.rope(k, cos, sin, "attention")
         o = blk.attention_core(q, k, v)
         o = blk.lin(o, lins["attention.dense"], "attention/out")
+        o = blk.dropout(o, shape.residual_dropout, "residual/dropout")  # post_attention_dropout
         if shape.parallel_residual:
             n2 = blk.layernorm(x, "norm")
         else:
@@ -460,6 +544,7 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
         f = blk.lin(n2, lins["mlp.dense_h_to_4h"], "mlp/up")
         f = blk.act(f, "mlp/act")
         f = blk.lin(f, lins["mlp.dense_4h_to_h"], "mlp/down")
+        f = blk.dropout(f, shape.residual_dropout, "residual/dropout")  # post_mlp_dropout
         if shape.parallel_residual:
             return ctx.add(ctx.add(o, f), x)
         return ctx.add(x, f)
@@ -472,11 +557,13 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
         v = blk.lin(n1, lins["self_attn.v_proj"], "attention/v")
         o = blk.attention_core(q, k, v)
         o = blk.lin(o, lins["self_attn.out_proj"], "attention/out")
+        o = blk.dropout(o, shape.residual_dropout, "residual/dropout")  # F.dropout(p=config.dropout)
         x = ctx.add(x, o)
         n2 = blk.layernorm(x, "norm")
         f = blk.lin(n2, lins["fc1"], "mlp/up")
         f = blk.act(f, "mlp/act")
         f = blk.lin(f, lins["fc2"], "mlp/down")
+        f = blk.dropout(f, shape.residual_dropout, "residual/dropout")
         return ctx.add(x, f)
 
     # rotary / RMSNorm / gated-MLP families
@@ -499,6 +586,7 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
     k = blk.rope(k, cos, sin, "attention")
     o = blk.attention_core(q, k, v)
     o = blk.lin(o, lins["self_attn.o_proj"], "attention/out")
+    o = blk.dropout(o, shape.residual_dropout, "residual/dropout")  # phi3: resid_attn_dropout
     if shape.sandwich_norms:
         o = blk.rmsnorm(o, h, "norm", gemma=gemma)
     x = ctx.add(x, o)
@@ -518,6 +606,7 @@ def _block_forward(shape: ModelShape, spec: RunSpec, ctx: _Ctx, x: _T, cos: _T |
         u = blk.lin(n2, lins["mlp.up_proj"], "mlp/up")
         f = ctx.mul(g, u, "mlp/mul")
         f = blk.lin(f, lins["mlp.down_proj"], "mlp/down")
+    f = blk.dropout(f, shape.residual_dropout, "residual/dropout")  # phi3: resid_mlp_dropout
     if shape.sandwich_norms:
         f = blk.rmsnorm(f, h, "norm", gemma=gemma)
     return ctx.add(x, f)
@@ -728,6 +817,12 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     c = spec.compute_bytes
     ctx = _Ctx(spec=spec, shape=shape, autocast=autocast, c=c)
     lora = _lora_map(shape, spec)
+    wrapped = sorted({lin.name for lin in lora.values() if not lin.is_nn_linear})
+    if spec.lora_dropout > 0.0 and wrapped:
+        # peft 0.21.2 ParamWrapper.update_layer: "does not work with lora_dropout != 0" (a ValueError)
+        raise MemfitError(f"PEFT cannot apply LoRA dropout to {', '.join(wrapped)} ({shape.model_type}'s router / "
+                          "fused experts, which --targets all-linear adapts through ParamWrapper): pass "
+                          "--lora-dropout 0, or name the attention projections in --targets (e.g. q_proj,v_proj)")
     T, h, V = spec.batch * spec.seq, shape.hidden, shape.vocab
     full = spec.method == "full"
     embed_trained = full or any(m.role == "embed" for m in saved_modules(shape, spec))
@@ -747,6 +842,14 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     if shape.model_type == "gemma" or shape.model_type == "gemma2":
         # hidden_states * normalizer (a 0-dim tensor in the embedding dtype)
         x = ctx.mul(x, ctx.new(1, resid_b, False), "embedding")
+    # GPT-2's transformer.drop, GPT-NeoX's emb_dropout. It saves its mask when the embedding output requires
+    # grad: a trained table, or an adapter run with checkpointing, where PEFT (and memfit.measure) call
+    # enable_input_require_grads() (the blocks are replayed as before: block 0 with a frozen input).
+    if shape.embedding_dropout > 0.0:
+        grad_in = x.rg or (spec.is_adapter and spec.checkpointing != "none")
+        dropped = _Block(shape, spec, ctx, {}).dropout(_T(x.numel, x.bpe, grad_in, x.sid, x.sbytes),
+                                                       shape.embedding_dropout, "embedding")
+        x = _T(dropped.numel, dropped.bpe, x.rg, dropped.sid)
     emb_saved = sum(n for n, _ in ctx.saved.values())
     emb_sids = set(ctx.saved)
 

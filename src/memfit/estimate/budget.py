@@ -36,7 +36,8 @@ model every backward temporary (e.g. transposed copies inside bmm backward).
 the caching allocator rounds each block to 512 B and carves 2 MiB / 20 MiB segments, which with
 fragmentation costs memfit's assumed 5% of the peak plus 256 MiB, and the CUDA context with cuBLAS /
 cuDNN workspaces, assumed 512 MiB (commonly 300-600 MiB depending on driver and GPU; not measured
-here). Whether the run fits is judged on ``reserved_bytes`` against the GPU's memory.
+here). Whether the run fits is :mod:`memfit.estimate.fits`' rule, the same in ``estimate``, ``trace`` and
+``fit``: ``reserved_bytes`` + the headroom (default 5% of the GPU) <= the GPU's bytes.
 """
 
 from __future__ import annotations
@@ -45,16 +46,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
+from memfit.estimate.fits import (
+    ALLOCATOR_OVERHEAD_BYTES,
+    ALLOCATOR_OVERHEAD_FRACTION,
+    CUDA_CONTEXT_BYTES,
+    FitVerdict,
+    Headroom,
+    judge_fit,
+    reserved_bytes,
+)
 from memfit.estimate.gpus import GpuSpec, resolve_gpu
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
 
-BYTES_PER_MIB = 1024**2
-CUDA_CONTEXT_BYTES = 512 * BYTES_PER_MIB  # assumed: CUDA context + cuBLAS/cuDNN workspaces
-ALLOCATOR_OVERHEAD_FRACTION = 0.05  # assumed: caching-allocator rounding and fragmentation
-ALLOCATOR_OVERHEAD_BYTES = 256 * BYTES_PER_MIB
 INT64 = 8
+__all__ = ["ALLOCATOR_OVERHEAD_BYTES", "ALLOCATOR_OVERHEAD_FRACTION", "COMPONENT_KEYS", "CUDA_CONTEXT_BYTES",
+           "Explanation", "MemoryEstimate", "estimate_memory"]
 
 COMPONENT_KEYS = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "activations", "logits",
                   "temporaries", "inputs")
@@ -87,6 +95,7 @@ class MemoryEstimate:
     reserved_bytes: int  # CUDA: what the caching allocator reserves + context (see module docstring)
     gpu: GpuSpec | None
     rule_of_thumb_bytes: int
+    headroom: Headroom = Headroom()
 
     @property
     def model(self) -> str:
@@ -97,16 +106,23 @@ class MemoryEstimate:
         return self.gpu.bytes if self.gpu else None
 
     @property
-    def fits(self) -> bool | None:
-        """Whether ``reserved_bytes`` fits the GPU (None without --gpu)."""
+    def verdict(self) -> FitVerdict | None:
+        """:mod:`memfit.estimate.fits`' rule on ``--gpu`` (None without one)."""
         if self.gpu is None:
             return None
-        return self.reserved_bytes <= self.gpu.bytes
+        return judge_fit(self.peak_bytes, self.spec.device, self.gpu, self.headroom)
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether reserved + headroom fits the GPU (None without --gpu)."""
+        v = self.verdict
+        return None if v is None else v.fits
 
     @property
     def spare_bytes(self) -> int | None:
-        """GPU bytes left over (negative: short by that much); None without --gpu."""
-        return None if self.gpu is None else self.gpu.bytes - self.reserved_bytes
+        """GPU bytes left beyond reserved + headroom (negative: short by that much); None without --gpu."""
+        v = self.verdict
+        return None if v is None else v.spare_bytes
 
     @property
     def per_layer(self) -> dict[str, int]:
@@ -146,14 +162,19 @@ class MemoryEstimate:
             "gpu_bytes": self.gpu_bytes,
             "fits": self.fits,
             "spare_bytes": self.spare_bytes,
+            "verdict": None if self.verdict is None else self.verdict.to_dict(),
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
             "trainable_params": self.model_states.trainable_params,
         }
 
 
-def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
-    """Predict the peak memory of one training step of ``shape`` under ``spec``; see the module docstring."""
+def estimate_memory(shape: ModelShape, spec: RunSpec, *, headroom: Headroom | None = None) -> MemoryEstimate:
+    """Predict the peak memory of one training step of ``shape`` under ``spec``; see the module docstring.
+    ``headroom`` (default 5% of the GPU) enters only the verdict against ``spec.gpu``."""
     gpu = resolve_gpu(spec.gpu) if spec.gpu else None
+    headroom = headroom or Headroom()
+    if gpu is not None:
+        judge_fit(0, spec.device, gpu, headroom)  # a headroom that leaves nothing of the GPU: say so now
     st = model_states(shape, spec)
     act = estimate_activations(shape, spec)
     T = spec.batch * spec.seq
@@ -219,14 +240,11 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     comps = dict.fromkeys(COMPONENT_KEYS, 0)
     comps.update(moments[peak_key])
     peak = sum(comps.values())
-    reserved = peak
-    if spec.device == "cuda":
-        reserved = (peak + int(peak * ALLOCATOR_OVERHEAD_FRACTION) + ALLOCATOR_OVERHEAD_BYTES
-                    + CUDA_CONTEXT_BYTES)
+    reserved = reserved_bytes(peak, spec.device)
     rot = rule_of_thumb_activation_bytes(shape.n_layers, spec.batch, spec.seq, shape.hidden)
     return MemoryEstimate(
         spec=spec, shape=shape, peak_bytes=peak, peak_phase=peak_key.split(":")[0],
         peak_moment=peak_key, components=comps, model_states=st, activations=act,
         activation_bytes=act.total, moments=totals, reserved_bytes=reserved, gpu=gpu,
-        rule_of_thumb_bytes=rot,
+        rule_of_thumb_bytes=rot, headroom=headroom,
     )

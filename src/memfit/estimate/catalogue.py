@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import MemfitError
+from memfit.estimate import hub
 from memfit.estimate.shape import ModelShape, read_config_file
 
 
@@ -26,6 +28,12 @@ class CatalogueEntry:
     @property
     def shape(self) -> ModelShape:
         return ModelShape.from_hf_config(self.config, name=self.name)
+
+    @property
+    def repo_id(self) -> str | None:
+        """The Hub repo the config was copied from (``meta-llama/Llama-3.1-8B``), read from ``source``."""
+        m = re.match(r"https://huggingface\.co/([^/\s]+/[^/\s]+)", self.source)
+        return m.group(1) if m else None
 
 
 @cache
@@ -48,19 +56,66 @@ def lookup(name: str) -> CatalogueEntry:
                       "a config.json path or a directory holding one also works")
 
 
-def resolve_model(model: str) -> ModelShape:
-    """A catalogue name, a config.json path or a directory with one, as a ModelShape."""
+def by_repo(repo_id: str) -> CatalogueEntry | None:
+    """The catalogue entry copied from Hub repo ``repo_id`` (case-insensitive), if any."""
+    key = repo_id.lower()
+    return next((e for e in catalogue() if e.repo_id and e.repo_id.lower() == key), None)
+
+
+def _path_like(model: str) -> bool:
     p = Path(model)
-    if p.suffix == ".json" or p.is_dir() or p.exists() or "/" in model or model.startswith("."):
+    return p.suffix == ".json" or p.is_dir() or p.exists() or "/" in model or model.startswith(".")
+
+
+def hub_config_file(model: str) -> Path | CatalogueEntry:
+    """A Hub id's config: the cached snapshot, else the catalogue entry of that repo, else config.json
+    downloaded (:mod:`memfit.estimate.hub`)."""
+    cached = hub.cached_config(model)
+    if cached is not None:
+        return cached
+    entry = by_repo(model)
+    if entry is not None:
+        return entry
+    return hub.download_config(model)
+
+
+def resolve_model(model: str) -> ModelShape:
+    """A catalogue name, a config.json path or a directory with one, or a Hub id (``org/name``), as a
+    ModelShape."""
+    if hub.is_hub_id(model):
+        found = hub_config_file(model)
+        if isinstance(found, CatalogueEntry):
+            return ModelShape.from_hf_config(found.config, name=model)
+        return ModelShape.from_hf_config(_read_config(found), name=model)
+    p = Path(model)
+    if _path_like(model):
         return ModelShape.from_file(p)
     return lookup(model).shape
 
 
 def resolve_config(model: str) -> dict[str, Any]:
-    """The raw HF config dict for a catalogue name or a config path (for engines that build the real model)."""
+    """The raw HF config dict for a catalogue name, a config path or a Hub id (for engines that build the real
+    model)."""
+    if hub.is_hub_id(model):
+        found = hub_config_file(model)
+        if isinstance(found, CatalogueEntry):
+            return dict(found.config)
+        cached = _read_config(found)
+        ModelShape.from_hf_config(cached, name=model)  # validates, with the same messages
+        return cached
     p = Path(model)
-    if p.suffix == ".json" or p.is_dir() or p.exists() or "/" in model or model.startswith("."):
+    if _path_like(model):
         config, file = read_config_file(p)
         ModelShape.from_hf_config(config, name=file.stem)  # validates, with the same messages
         return config
     return dict(lookup(model).config)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """A config.json from the Hugging Face cache, through the one capped reader (:func:`read_config_file`)."""
+    try:
+        config, _ = read_config_file(path)
+    except MemfitError as exc:
+        raise MemfitError(f"{exc} (a file in the Hugging Face cache: delete it from the cache and fetch it "
+                          "again)") from None
+    return config

@@ -19,6 +19,7 @@ rotary base            rope_theta, rope_parameters.rope_theta, rope_scaling (v4 
 activation             hidden_activation, hidden_act, activation_function
 tied embeddings        tie_word_embeddings (per-architecture default as transformers has it)
 experts                num_local_experts, num_experts_per_tok (Mixtral; transformers' defaults 8, 2)
+dropout                :data:`DROPOUT_FIELDS` (per architecture, with the config class's default)
 =====================  ==========================================================================
 
 The reader is the boundary every engine crosses (:func:`validate_config`; ``trace`` and ``measure`` build
@@ -105,6 +106,33 @@ MAX_CONFIG_BYTES = 16 * 1024**2  # 16 MiB (16,777,216 B): real config.json files
 _MAX_TEXT_CONFIG_DEPTH = 4  # multimodal configs nest the language model's config once (text_config)
 
 
+# The dropout probabilities each architecture trains with, as transformers 5.24's modeling code applies them
+# (``nn.Dropout`` / ``F.dropout`` / the ``dropout=`` of the attention interface, only in ``train()`` mode):
+# ModelShape field -> (config key, the config class's default when the key is absent).
+#
+# - ``attention_dropout``: on the attention probabilities (eager: ``F.dropout(softmax(...))`` before the
+#   product with v; sdpa / flash: the kernel's ``dropout_p``). Every architecture.
+# - ``residual_dropout``: on each sub-layer's output before the residual add (after the attention output
+#   projection and after the MLP's down projection): GPT-2 ``resid_pdrop`` (``attn.resid_dropout``,
+#   ``mlp.dropout``), OPT ``dropout`` (``F.dropout`` after ``self_attn`` and after ``fc2``), GPT-NeoX
+#   ``hidden_dropout`` (``post_attention_dropout``, ``post_mlp_dropout``), Phi-3 ``resid_pdrop``
+#   (``resid_attn_dropout``, ``resid_mlp_dropout``).
+# - ``embedding_dropout``: on the embedding output: GPT-2 ``embd_pdrop`` (``transformer.drop``, after the
+#   token + position sum), GPT-NeoX ``hidden_dropout`` (``emb_dropout``). Phi-3's config has ``embd_pdrop``
+#   but its 5.24 modeling code never applies it; OPT's decoder stores ``dropout`` but applies it only in
+#   the layers.
+DROPOUT_FIELDS: dict[str, dict[str, tuple[str, float]]] = {
+    "gpt2": {"attention_dropout": ("attn_pdrop", 0.1), "residual_dropout": ("resid_pdrop", 0.1),
+             "embedding_dropout": ("embd_pdrop", 0.1)},
+    "opt": {"attention_dropout": ("attention_dropout", 0.0), "residual_dropout": ("dropout", 0.1)},
+    "gpt_neox": {"attention_dropout": ("attention_dropout", 0.0), "residual_dropout": ("hidden_dropout", 0.0),
+                 "embedding_dropout": ("hidden_dropout", 0.0)},
+    "phi3": {"attention_dropout": ("attention_dropout", 0.0), "residual_dropout": ("resid_pdrop", 0.0)},
+    **{t: {"attention_dropout": ("attention_dropout", 0.0)}
+       for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral")},
+}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Linear:
     """One linear layer inside a decoder block, named by its path in the HF module tree.
@@ -153,6 +181,8 @@ class ModelShape:
 
     Symbols used across memfit's docstrings: L = ``n_layers``, h = ``hidden``, a = ``n_heads``,
     k = ``n_kv_heads``, d = ``head_dim``, i = ``intermediate``, V = ``vocab``, E = ``n_experts``.
+    ``attention_dropout``, ``residual_dropout`` and ``embedding_dropout`` are the training-time dropout
+    probabilities (see :data:`DROPOUT_FIELDS`).
     """
 
     name: str
@@ -190,6 +220,9 @@ class ModelShape:
     embed_proj_dim: int = 0
     final_norm: bool = True
     config_dtype: str | None = None
+    attention_dropout: float = 0.0
+    residual_dropout: float = 0.0
+    embedding_dropout: float = 0.0
 
     # ---- derived structure -------------------------------------------------------------
     @property
@@ -511,6 +544,17 @@ def _rope_theta(cfg: dict[str, Any], model_type: str) -> float | None:
     return None
 
 
+def _dropout(cfg: dict[str, Any], key: str, default: float) -> float:
+    """A dropout probability from the config (``default`` when the key is absent or null)."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise MemfitError(f"config field {key} must be a dropout probability in [0, 1), got {value!r}: "
+                          "fix config.json")
+    return float(value)
+
+
 def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     cfg = _language_config(config)
     model_type = cfg.get("model_type")
@@ -518,6 +562,11 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
         raise MemfitError("config has no model_type: it must be a Hugging Face config.json "
                           f"(supported model_type: {', '.join(SUPPORTED_MODEL_TYPES)})")
     model_type = str(model_type)
+    if model_type not in SUPPORTED_MODEL_TYPES and cfg.get("is_encoder_decoder"):
+        raise MemfitError(f"model_type {model_type!r} is an encoder-decoder (sequence-to-sequence) model, "
+                          "is_encoder_decoder: true: memfit models decoder-only causal-LM fine-tuning "
+                          f"({', '.join(SUPPORTED_MODEL_TYPES)}; trace: any AutoModelForCausalLM); this "
+                          "architecture is not supported")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise MemfitError(f"model_type {model_type!r} is not supported yet; supported: "
                           f"{', '.join(SUPPORTED_MODEL_TYPES)} (for other architectures, `memfit trace` "
@@ -547,7 +596,9 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     vocab = r.need("vocabulary", "vocab_size")
     act = str(r.get("hidden_activation", "hidden_act", "activation_function", default="silu"))
     dtype = r.get("dtype", "torch_dtype")
+    dropout = {field: _dropout(cfg, key, default) for field, (key, default) in DROPOUT_FIELDS[model_type].items()}
     common: dict[str, Any] = {
+        **dropout,
         "name": name or str(r.get("_name_or_path", default=model_type)) or model_type,
         "model_type": model_type,
         "n_layers": n_layers,

@@ -21,6 +21,8 @@ non-quantised parameters (norms, embeddings, lm_head) to fp32.
 
 from __future__ import annotations
 
+import importlib
+import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, get_args
 
@@ -83,6 +85,21 @@ class RunSpec:
             raise MemfitError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
         if self.method == "qlora" and self.precision in ("fp32", "mixed-fp16", "fp16"):
             pass  # allowed: compute dtype follows precision
+        if self.method == "full":
+            # contradictions the spec alone can tell (these fields' defaults are "none given"); --rank and
+            # --alpha have real defaults, so the CLI refuses those when typed (cli/_spec_options.ONLY_WITH)
+            if self.targets:
+                raise MemfitError("--targets chooses LoRA's adapted modules; --method full trains every weight: "
+                                  "drop --targets or pass --method lora")
+            if self.modules_to_save:
+                raise MemfitError("--modules-to-save lists modules trained in full beside LoRA; --method full trains "
+                                  "every module already: drop it or pass --method lora")
+            if self.lora_dropout:
+                raise MemfitError("--lora-dropout applies to the LoRA adapter; --method full has none: drop it or "
+                                  "pass --method lora")
+        if self.offload and self.checkpointing == "none":
+            raise MemfitError("--offload moves the checkpoints to CPU memory; with --checkpointing none there are "
+                              "none: add --checkpointing full (or every-k, sqrt) or drop --offload")
         if self.attention == "flash" and self.device == "cpu":
             raise MemfitError("--attention flash needs --device cuda (FlashAttention has no CPU kernel); "
                               "use --attention sdpa on CPU")
@@ -121,6 +138,35 @@ class RunSpec:
         return d
 
     @classmethod
+    def from_config(cls, *paths: str | os.PathLike[str], **overrides: Any) -> RunSpec:
+        """The run described by the user's training config(s): axolotl, LLaMA-Factory, TRL ``SFTConfig`` /
+        ``TrainingArguments`` YAML or JSON, torchtune, PEFT ``adapter_config.json``, DeepSpeed, accelerate
+        (several files merge, later ones win; ``KIND:PATH`` names the kind), with each framework's defaults
+        where a file is silent and ``overrides`` winning over every file.
+
+        >>> RunSpec.from_config("qlora.yml", batch=1).batch  # doctest: +SKIP
+        1
+
+        The readers live in :mod:`memfit.configs`, a layer above this package: imported when called.
+        """
+        configs = importlib.import_module("memfit.configs")
+        spec: RunSpec = configs.spec_from_files(paths, overrides).spec
+        return spec
+
+    @classmethod
+    def from_training_args(cls, args: Any = None, model_config: Any = None, peft_config: Any = None,
+                           **overrides: Any) -> RunSpec:
+        """The run of live objects: a transformers ``TrainingArguments`` or TRL ``SFTConfig``, the model's
+        ``PretrainedConfig`` (the dtype it was loaded in, its attention kernel and quantization) and a PEFT
+        ``LoraConfig``; attributes are read, nothing is called. ``overrides`` win.
+
+        >>> RunSpec.from_training_args(args, model.config, lora_config)  # doctest: +SKIP
+        """
+        configs = importlib.import_module("memfit.configs")
+        spec: RunSpec = configs.spec_from_objects(args, model_config, peft_config, overrides).spec
+        return spec
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         d = dict(d)
         for key in ("targets", "modules_to_save"):
@@ -129,13 +175,21 @@ class RunSpec:
         return cls(**d)
 
 
-def parse_targets(text: str | None) -> tuple[str, ...]:
-    """``"q_proj,v_proj"`` -> ``("q_proj", "v_proj")``; ``"all-linear"`` -> ``("all-linear",)``."""
-    if not text:
+def parse_targets(text: str | None, *, flag: str = "--targets") -> tuple[str, ...]:
+    """``"q_proj,v_proj"`` -> ``("q_proj", "v_proj")``; ``"all-linear"`` -> ``("all-linear",)``; None (the
+    flag not given) -> ``()``, PEFT's default. A given but empty list (``""``, ``",,,"``) is refused: it
+    would silently mean the default."""
+    if text is None:
         return ()
-    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    raw = text.split(",")
+    names = tuple(t.strip() for t in raw)
+    if not any(names):
+        raise MemfitError(f"{flag} {text!r} names no module: list them (q_proj,v_proj or all-linear), or leave "
+                          f"{flag} out for PEFT's default")
+    if not all(names):
+        raise MemfitError(f"{flag} {text!r} has an empty name between commas: write it like q_proj,v_proj")
     if ALL_LINEAR in names and len(names) > 1:
-        raise MemfitError("--targets all-linear stands alone; drop the other names")
+        raise MemfitError(f"{flag} all-linear stands alone; drop the other names")
     return names
 
 

@@ -134,6 +134,7 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    check_causal_lm(config)
     cfg = hf_config(config)
     cfg.use_cache = False
     hf_logging.set_verbosity_error()
@@ -165,6 +166,29 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
         model.requires_grad_(True)
     model.train()
     return model
+
+
+def check_causal_lm(config: dict[str, Any]) -> None:
+    """A MemfitError, before transformers is asked, when ``config`` is no causal language model.
+
+    memfit trains what ``AutoModelForCausalLM`` builds (transformers 5.24.0: the model types listed in
+    ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``). An encoder-decoder such as T5 (``is_encoder_decoder: true``,
+    trained with ``AutoModelForSeq2SeqLM``) or an encoder such as BERT is not in it; transformers' own
+    error ("Unrecognized configuration class ...") would otherwise surface as if the attention kernel
+    were at fault.
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = config.get("model_type")
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return
+    if config.get("is_encoder_decoder"):
+        kind = "an encoder-decoder (sequence-to-sequence) model, is_encoder_decoder: true"
+    else:
+        kind = "not a decoder-only causal language model"
+    raise MemfitError(f"model_type {model_type!r} is {kind}: transformers has no AutoModelForCausalLM class for "
+                      "it, and memfit measures and traces causal-LM fine-tuning only (decoder-only models such "
+                      "as llama, qwen2, mistral, gpt2); this architecture is not supported")
 
 
 def _active_fake_mode() -> Any:

@@ -11,7 +11,7 @@ from rich.console import Console
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
-__all__ = ["console", "err_console", "print_json"]
+__all__ = ["console", "err_console", "print_config_import", "print_json"]
 
 
 def print_json(obj: Any) -> None:
@@ -25,3 +25,15 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, tuple | set | frozenset):
         return list(obj)
     raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def print_config_import(config_import: Any) -> None:
+    """The ``--config`` import table and the spec it gave (nothing without ``--config``)."""
+    if config_import is None:
+        return
+    from memfit.report.configs import config_import_notes, config_import_table, spec_line
+
+    console.print(config_import_table(config_import))
+    for line in config_import_notes(config_import):
+        console.print(line, highlight=False, markup=False)
+    console.print(f"run from the config: {spec_line(config_import)}", highlight=False, markup=False)

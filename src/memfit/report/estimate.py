@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from memfit.estimate import GpuSpec, MemoryEstimate, gpu_table
+from memfit.estimate.fits import FitVerdict
 from memfit.units import BYTES_PER_GB, BYTES_PER_GIB
 
 
@@ -55,16 +56,20 @@ def states_table(est: MemoryEstimate) -> Table:
 
 
 def verdict(est: MemoryEstimate) -> str:
-    """One line: fits with X GiB spare / short by X GiB (judged on reserved bytes)."""
-    if est.gpu is None:
+    """One line: fits / does not fit, with the rule in numbers (:mod:`memfit.estimate.fits`)."""
+    v = est.verdict
+    if v is None:
         return (f"peak {_gib(est.peak_bytes)} ({est.peak_bytes / BYTES_PER_GB:.2f} GB) at {est.peak_moment}; "
                 "pass --gpu to judge the fit")
-    spare = est.spare_bytes or 0
-    what = "reserved" if est.spec.device == "cuda" else "peak"
-    base = f"{what} {_gib(est.reserved_bytes)} on {est.gpu.name} ({_gib(est.gpu.bytes)})"
-    if spare >= 0:
-        return f"[green]fits[/]: {base}, {_gib(spare)} spare"
-    return f"[red]does not fit[/]: {base}, short by {_gib(-spare)}"
+    return verdict_line(v)
+
+
+def verdict_line(v: FitVerdict) -> str:
+    """``fits: reserved 20.12 GiB + headroom 1.20 GiB (5% of the GPU) = 21.32 GiB <= 24.00 GiB (24GiB),
+    2.68 GiB spare``: the one rule of :mod:`memfit.estimate.fits`, shared by estimate, trace and fit."""
+    if v.fits:
+        return f"[green]fits[/]: {v.rule()}, {_gib(v.spare_bytes)} spare"
+    return f"[red]does not fit[/]: {v.rule()}, short by {_gib(-v.spare_bytes)}"
 
 
 def rule_of_thumb_line(est: MemoryEstimate) -> str:

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from memfit.advise import FitReport, Setup
 from memfit.advise.plan import setup_changes
+from memfit.estimate.fits import reserved_bytes
 from memfit.units import BYTES_PER_GIB, BYTES_PER_MB
 
 
@@ -46,25 +47,35 @@ def fit_table(report: FitReport) -> Group:
     the rank lesson in numbers, and the steps skipped."""
     gpu = report.gpu
     per = " per GPU" if report.gpus > 1 else ""
+    what = "reserved" if report.device == "cuda" else "peak"
     title = (f"memfit fit: {report.model} on {gpu.name} ({_gib(gpu.bytes)} GiB{per}"
-             f"{f' x {report.gpus}' if report.gpus > 1 else ''}); budget {_gib(report.budget_bytes)} GiB "
-             f"= GPU less {report.headroom.describe()} headroom")
+             f"{f' x {report.gpus}' if report.gpus > 1 else ''}); fits = {what} + headroom "
+             f"{_gib(report.headroom_bytes)} GiB ({report.headroom.describe()}) <= {_gib(gpu.bytes)} GiB, "
+             f"i.e. {what} <= {_gib(report.budget_bytes)} GiB")
     t = Table(title=title, title_justify="left", caption=f"start: {_spec_summary(report.initial)}",
               caption_justify="left")
     t.add_column("#", justify="right")
     t.add_column("step", no_wrap=True)
     t.add_column("change")
     t.add_column("peak GiB", justify="right")
+    if report.device == "cuda":
+        t.add_column("reserved GiB", justify="right")
     t.add_column("saved GiB", justify="right")
     t.add_column("fits")
     t.add_column("cost", overflow="fold", max_width=70)
     ok = "[green]yes[/]"
     no = "[red]no[/]"
-    t.add_row("0", "start", "(as given)", _gib(report.initial_peak_bytes), "",
+    def figures(peak: int) -> list[str]:
+        cells = [_gib(peak)]
+        if report.device == "cuda":
+            cells.append(_gib(reserved_bytes(peak, report.device)))
+        return cells
+
+    t.add_row("0", "start", "(as given)", *figures(report.initial_peak_bytes), "",
               ok if report.fits_initially else no, "")
     previous = report.initial
     for i, step in enumerate(report.steps, 1):
-        t.add_row(str(i), step.action, describe_changes(previous, step.setup), _gib(step.peak_bytes),
+        t.add_row(str(i), step.action, describe_changes(previous, step.setup), *figures(step.peak_bytes),
                   _gib(step.saved_bytes), ok if step.fits else no, step.cost)
         previous = step.setup
     lines: list[Any] = [t, _verdict(report)]
@@ -81,10 +92,12 @@ def fit_table(report: FitReport) -> Group:
         lines.append(Text(f"Sequence length: {report.fallback_seq_rule}.", style="dim"))
     if report.skipped:
         lines.append(Text("Skipped: " + "; ".join(f"{s.action} ({s.reason})" for s in report.skipped), style="dim"))
+    reserved = ("reserved = the peak allocated (torch.cuda.max_memory_allocated) + 5% + 256 MiB of allocator "
+                "overhead + 512 MiB of CUDA context, what nvidia-smi shows; " if report.device == "cuda" else "")
     lines.append(Text(f"Time factors: checkpointing x{report.time_model.checkpoint_factor:.2f} "
-                      f"({report.time_model.source}); others as documented in memfit.advise.costs. Fits = the "
-                      "estimated peak allocated (torch.cuda.max_memory_allocated) within the budget; the headroom "
-                      "covers the CUDA context and the allocator's reserve.", style="dim"))
+                      f"({report.time_model.source}); others as documented in memfit.advise.costs. Fits: {reserved}"
+                      "the headroom is kept free on top for the estimate's error and other processes; the same rule "
+                      "as memfit estimate (memfit.estimate.fits).", style="dim"))
     return Group(*lines)
 
 
@@ -101,16 +114,17 @@ def _spec_summary(setup: Setup) -> str:
 
 def _verdict(report: FitReport) -> Text:
     if report.fits_initially:
-        spare = report.budget_bytes - report.initial_peak_bytes
-        return Text(f"Fits as it is: {_gib(spare)} GiB to spare within the budget.", style="bold green")
+        spare = report.budget_bytes - report.initial_reserved_bytes
+        return Text(f"Fits as it is: {report.rule(report.initial_peak_bytes)}; {_gib(spare)} GiB to spare.",
+                    style="bold green")
+    start = f"The start does not fit: {report.rule(report.initial_peak_bytes)}. "
     if report.fits:
         n = len(report.steps)
         cost = report.final_cost
-        return Text(f"Fits after {n} step{'s' if n != 1 else ''}: peak {_gib(report.final_peak_bytes)} GiB of "
-                    f"{_gib(report.budget_bytes)} GiB; gives up {cost.gives_up}, step time "
+        return Text(f"{start}Fits after {n} step{'s' if n != 1 else ''}: {report.rule(report.final_peak_bytes)} "
+                    f"(peak {_gib(report.final_peak_bytes)} GiB); gives up {cost.gives_up}, step time "
                     f"x{cost.time_factor:.2f}.", style="bold green")
-    parts = [f"Nothing on the ordered path fits: the final plan needs {_gib(report.final_peak_bytes)} GiB, "
-             f"the budget is {_gib(report.budget_bytes)} GiB."]
+    parts = [f"{start}Nothing on the ordered path fits: the final plan: {report.rule(report.final_peak_bytes)}."]
     for label, g in (("final plan", report.smallest_gpu_final), ("spec as given", report.smallest_gpu_initial)):
         if g is not None:
             parts.append(f"Smallest GPU in the table for the {label}: {g.name} ({_gib(g.bytes)} GiB).")
@@ -127,6 +141,9 @@ def _cheapest_line(report: FitReport) -> Text:
         return Text(f"Cheapest overall: none of {c.candidates:,} configurations fits.", style="red")
     change = describe_changes(report.initial, c.setup)
     needs = f" Needs: {'; '.join(c.needs)}." if c.needs else ""
+    reserved = (f", reserved {_gib(reserved_bytes(c.peak_bytes, report.device))} GiB"
+                if report.device == "cuda" else "")
     return Text(f"Cheapest overall ({c.candidates:,} configurations, {c.evaluated:,} estimated): {change}; "
-                f"peak {_gib(c.peak_bytes)} GiB; gives up {c.cost.gives_up}, step time x{c.cost.time_factor:.2f}."
+                f"peak {_gib(c.peak_bytes)} GiB{reserved}; gives up {c.cost.gives_up}, step time "
+                f"x{c.cost.time_factor:.2f}."
                 + needs, style="cyan")

@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from memfit.data.lengths import LengthReport
+from memfit.data.tokenizer import SpecialTokens
 from memfit.errors import MemfitError
 from memfit.units import human_bytes
 
-__all__ = ["lengths_renderable", "plot_lengths"]
+__all__ = ["check_plot_path", "lengths_renderable", "plot_lengths", "special_tokens_line"]
 
 _STRATEGY_HELP = {
     "random": "random",
     "grouped": "grouped by length",
     "packed": "packed (exact-fit packer)",
 }
+
+
+def special_tokens_line(rule: SpecialTokens, mode: str) -> str:
+    """What each example ends with, and the rule it came from (:mod:`memfit.data.tokenizer`)."""
+    if mode == "messages":
+        return (f"special tokens: as the chat template writes them; nothing is appended to a chat (the EOS rule, "
+                f"{rule.eos or 'none'} from {rule.source}, applies to text and prompt/completion data)")
+    return f"special tokens: {rule.describe()}"
 
 
 def lengths_renderable(r: LengthReport) -> Group:
@@ -77,6 +87,8 @@ def lengths_renderable(r: LengthReport) -> Group:
                         f"{a.batch} x {a.mean_len:,}", human_bytes(a.activation_bytes_mean), human_bytes(a.peak_bytes))
         parts.append(act)
 
+    if r.special_tokens is not None:
+        parts.append(Text(special_tokens_line(r.special_tokens, r.mode)))
     if r.skipped:
         first = ", ".join(f"line {s.line}: {s.reason}" for s in r.skipped[:3])
         more = f" (and {len(r.skipped) - 3} more)" if len(r.skipped) > 3 else ""
@@ -86,8 +98,7 @@ def lengths_renderable(r: LengthReport) -> Group:
     return Group(*parts)
 
 
-def plot_lengths(r: LengthReport, path: str | Path) -> Path:
-    """A histogram of the lengths with p95 and max marked, written to ``path`` (PNG)."""
+def _pyplot() -> object:
     try:
         import matplotlib
 
@@ -95,7 +106,36 @@ def plot_lengths(r: LengthReport, path: str | Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise MemfitError("--plot needs matplotlib: pip install 'memfit[plot]'") from exc
+    return plt
+
+
+def check_plot_path(path: str | Path) -> Path:
+    """Check before any work that ``--plot PATH`` can be written: an image suffix matplotlib can write (none
+    means PNG), an existing folder, not a directory. Returns the path; raises a MemfitError naming the fix."""
+    plt: Any = _pyplot()
     out = Path(path)
+    suffix = out.suffix.lower().lstrip(".")
+    if suffix:
+        fig = plt.figure()
+        try:
+            formats = sorted(fig.canvas.get_supported_filetypes())
+        finally:
+            plt.close(fig)
+        if suffix not in formats:
+            raise MemfitError(f"--plot {out}: matplotlib cannot write .{suffix} files; end the name in .png "
+                              f"(or one of: {', '.join('.' + f for f in formats)})")
+    if out.is_dir():
+        raise MemfitError(f"--plot {out} is a directory: name an image file, e.g. {out / 'lengths.png'}")
+    if not out.parent.is_dir():
+        raise MemfitError(f"--plot {out}: the folder {out.parent} does not exist; create it or choose another path")
+    return out
+
+
+def plot_lengths(r: LengthReport, path: str | Path) -> Path:
+    """A histogram of the lengths with p95 and max marked, written to ``path`` (PNG unless its suffix names
+    another image format matplotlib writes)."""
+    out = check_plot_path(path)
+    plt: Any = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     ax.hist(r.lengths, bins=min(80, max(10, r.count // 20)), color="#4c72b0", alpha=0.85)
     ax.axvline(r.p95, color="#dd8452", linestyle="--", linewidth=2, label=f"p95 = {r.p95:,}")
@@ -110,7 +150,7 @@ def plot_lengths(r: LengthReport, path: str | Path) -> Path:
     fig.tight_layout()
     try:
         fig.savefig(out)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a format matplotlib cannot write
         raise MemfitError(f"cannot write the plot to {out}: {exc}") from exc
     finally:
         plt.close(fig)

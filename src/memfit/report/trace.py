@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from memfit.report.estimate import verdict_line
 from memfit.trace.result import TraceResult
 from memfit.units import BYTES_PER_GIB, human_bytes
 
@@ -101,14 +102,11 @@ def saved_table(result: TraceResult, top: int = 12) -> Table:
 
 
 def verdict(result: TraceResult) -> str | None:
-    """One line against ``--gpu``: fits with X GiB spare / short by X GiB."""
-    if result.gpu_bytes is None:
+    """One line against ``--gpu`` with the rule in numbers (:mod:`memfit.estimate.fits`)."""
+    v = result.verdict
+    if v is None:
         return None
-    need = result.reserved_bytes or result.peak_bytes
-    gap = result.gpu_bytes - need
-    if gap >= 0:
-        return f"[green]fits[/] {result.spec.gpu}: {gap / BYTES_PER_GIB:.2f} GiB spare"
-    return f"[red]does not fit[/] {result.spec.gpu}: short by {-gap / BYTES_PER_GIB:.2f} GiB"
+    return verdict_line(v)
 
 
 def trace_json(result: TraceResult, estimate: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -3,17 +3,20 @@
 Fake tensors on a CPU-only torch must be CPU tensors (autograd's engine needs a device guard for the
 device it runs backward on, and a CPU-only build has none for CUDA), so the trace dispatches CPU
 kernels. Every operator with the same outputs on both devices (matmuls, norms, elementwise, the loss)
-is exact as traced. Three things are not, and are corrected here for ``--device cuda``:
+is exact as traced. These are not, and are corrected here for ``--device cuda``:
 
 1. **Attention kernel.** ``scaled_dot_product_attention`` on CPU takes the CPU flash kernel
    (saves its output and a float32 log-sum-exp, supports masks and GQA). On CUDA, PyTorch tries, in
    order (``torch/csrc/.../sdp_utils.cpp``):
 
    - flash (FlashAttention-2): fp16/bf16, no ``attn_mask``, head_dim a multiple of 8 and <= 256, GQA
-     and dropout supported. Saves ``q, k, v, out`` and ``lse (b, a, s)`` fp32, like the CPU flash kernel
-     (plus the RNG seed and offset with dropout). Note the CPU flash kernel has no dropout: a model with
-     attention dropout in training (GPT-2's ``attn_pdrop``) takes the math path on CPU, keeping the
-     ``(b, a, s, s)`` probabilities and dropout mask, but the flash kernel on CUDA. Its
+     and dropout supported. Saves ``q, k, v, out`` and ``lse (b, a, s)`` fp32, like the CPU flash kernel;
+     with dropout also the RNG seed and offset, which torch 2.13 makes as 0-d int64 *host* tensors
+     (``at::scalar_tensor(seed, at::dtype(at::kLong))`` in flash_api.cpp ``mha_fwd`` and in
+     ``_efficient_attention_forward``, outside CUDA-graph capture): no GPU memory, so not counted. Note the
+     CPU flash kernel has no dropout: a model with attention dropout in training (GPT-2's ``attn_pdrop``)
+     takes the math path on CPU, keeping the ``(b, a, s, s)`` probabilities and dropout mask, but the
+     flash kernel on CUDA. Its
      backward allocates, inside the kernel, ``softmax_d (b, a, s128)`` fp32 and ``dq_accum (b, s128, a,
      d32)`` fp32 (s128 = s rounded up to 128, d32 = d rounded up to 32), and for GQA the per-query-head
      ``dk, dv (b, s, a, d)`` before summing them to the kv heads.
@@ -43,6 +46,13 @@ is exact as traced. Three things are not, and are corrected here for ``--device 
    ``pow(x, 3)`` on a bf16 projection: on CUDA that and everything after it in the activation is float32.
    :class:`CudaAutocastFloat32` casts the inputs of those ops to float32 during a CUDA ``mixed-*`` trace,
    as CUDA autocast does (the casts are recorded by autograd, as autocast's are).
+
+5. **Dropout** (``F.dropout`` in training: GPT-2 / OPT's model dropout, eager attention's dropout on the
+   probabilities, PEFT's ``lora_dropout``). ``at::dropout`` takes the fused ``native_dropout`` kernel only
+   on CUDA (and XPU / lazy) devices, which saves a bool mask (1 B per element); on CPU it multiplies by a
+   noise tensor in the input's dtype and saves that (4 B per element in fp32). :class:`CudaDropout` makes a
+   CUDA trace call ``native_dropout``. (The dropout inside CUDA's math sdpa fallback, a C++ call, is not
+   redirected: it keeps the CPU noise.)
 
 Not modelled: cuBLAS workspaces, fragmentation of large blocks and the CUDA context (those belong to
 ``reserved_bytes``; the estimate's stated assumptions are used for it), and which of flash and cuDNN
@@ -129,10 +139,9 @@ class _FlashAttention(torch.autograd.Function):
 
 
 def _philox(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, ...]:
-    """With dropout, the CUDA kernels keep the RNG seed and offset as two 0-d int64 device tensors."""
-    if dropout_p <= 0.0:
-        return ()
-    return (q.new_empty((), dtype=torch.int64), q.new_empty((), dtype=torch.int64))
+    """With dropout the CUDA kernels keep the RNG seed and offset for the backward, as two 0-d int64 tensors on
+    the host (torch 2.13, outside CUDA-graph capture; see the module docstring): nothing on the GPU."""
+    return ()
 
 
 class _EfficientAttention(torch.autograd.Function):
@@ -236,6 +245,19 @@ class CudaAutocastFloat32(TorchFunctionMode):
         if (getattr(func, "__name__", "") in CUDA_AUTOCAST_FP32_OPS and kwargs.get("dtype") is None
                 and torch.is_autocast_enabled("cpu")):
             args, kwargs = tree_map(_to_float32, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+class CudaDropout(TorchFunctionMode):
+    """``F.dropout`` as CUDA runs it in training: the fused ``native_dropout``, which saves a bool mask."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.dropout:
+            bound = dict(zip(("input", "p", "training", "inplace"), args, strict=False), **kwargs)
+            x, p = bound["input"], float(bound.get("p", 0.5))
+            if bound.get("training", True) and not bound.get("inplace", False) and 0.0 < p < 1.0 and x.numel():
+                return torch.native_dropout(x, p, True)[0]
         return func(*args, **kwargs)
 
 

@@ -49,7 +49,7 @@ from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
 from memfit.measure.step import make_optimizer, make_scaler, run_step
 from memfit.measure.tracker import CATEGORIES, LiveTensorTracker
-from memfit.trace.cuda import CudaAutocastFloat32, cuda_attention, round_cuda, use_foreach
+from memfit.trace.cuda import CudaAutocastFloat32, CudaDropout, cuda_attention, round_cuda, use_foreach
 from memfit.trace.fake import fake_model
 from memfit.trace.result import ModuleBytes, TraceResult
 from memfit.trace.scopes import ModuleScopes, SavedTensorLedger, layer_index
@@ -198,6 +198,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         stack.enter_context(_known_inputs())
         if is_cuda:
             stack.enter_context(cuda_attention())
+            stack.enter_context(CudaDropout())
             if spec.is_mixed:
                 stack.enter_context(CudaAutocastFloat32())
         stack.enter_context(tracker)
@@ -295,25 +296,20 @@ def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, track
 
 def reserved_bytes(peak: int, spec: RunSpec) -> int:
     """What the device reserves around the traced peak, with the estimate's stated assumptions (so the two
-    engines judge ``fits`` alike): on CUDA, peak + 5% + 256 MiB of allocator segments and fragmentation +
-    512 MiB of CUDA context and cuBLAS/cuDNN workspaces (``memfit.estimate.budget``); on CPU, the peak."""
-    if spec.device != "cuda":
-        return peak
-    from memfit.estimate.budget import ALLOCATOR_OVERHEAD_BYTES, ALLOCATOR_OVERHEAD_FRACTION, CUDA_CONTEXT_BYTES
+    engines judge ``fits`` alike, :func:`memfit.estimate.fits.reserved_bytes`): on CUDA, peak + 5% + 256 MiB
+    of allocator segments and fragmentation + 512 MiB of CUDA context and cuBLAS/cuDNN workspaces; on CPU,
+    the peak."""
+    from memfit.estimate.fits import reserved_bytes as reserved
 
-    return peak + int(peak * ALLOCATOR_OVERHEAD_FRACTION) + ALLOCATOR_OVERHEAD_BYTES + CUDA_CONTEXT_BYTES
+    return reserved(peak, spec.device)
 
 
 def gpu_bytes(gpu: str | None) -> int | None:
     """Bytes of ``--gpu`` (a table name or a size such as 24GiB), None without one."""
     if not gpu:
         return None
-    try:
-        from memfit.estimate.gpus import resolve_gpu
-    except ImportError:  # the GPU table ships with the estimate; a plain size still works without it
-        from memfit.units import parse_size
+    from memfit.estimate.gpus import resolve_gpu
 
-        return parse_size(gpu)
     return resolve_gpu(gpu).bytes
 
 

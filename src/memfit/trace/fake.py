@@ -44,6 +44,10 @@ def build_meta_model(config: dict[str, Any], spec: RunSpec) -> torch.nn.Module:
                 return build_model(config, spec, device="meta")
             except (ValueError, ImportError) as exc:  # transformers refusing an attention implementation
                 first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                about_attention = "attn" in str(exc).lower() or "attention" in str(exc).lower()
+                if not about_attention:
+                    raise MemfitError(f"transformers cannot build this {config.get('model_type')} model: "
+                                      f"{first}") from exc
                 hint = " (try --attention eager)" if spec.attention != "eager" else ""
                 raise MemfitError(f"transformers cannot build this {config.get('model_type')} model with "
                                   f"--attention {spec.attention}: {first}{hint}") from exc

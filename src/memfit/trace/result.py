@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from memfit.estimate.fits import FitVerdict, Headroom, judge_fit
+from memfit.estimate.gpus import GpuSpec
 from memfit.estimate.spec import RunSpec
 
 
@@ -57,13 +59,21 @@ class TraceResult:
     step_seconds: float
     gpu_bytes: int | None = None
     reserved_bytes: int | None = None
+    headroom: Headroom = Headroom()
+
+    @property
+    def verdict(self) -> FitVerdict | None:
+        """:mod:`memfit.estimate.fits`' rule (reserved + headroom <= the GPU) on ``--gpu``; None without one."""
+        if self.gpu_bytes is None:
+            return None
+        gpu = GpuSpec(name=self.spec.gpu or "--gpu", bytes=self.gpu_bytes, source="--gpu")
+        return judge_fit(self.peak_bytes, self.spec.device, gpu, self.headroom)
 
     @property
     def fits(self) -> bool | None:
-        """Whether ``reserved_bytes`` (the peak on CPU) fits the GPU of ``--gpu`` (None without one)."""
-        if self.gpu_bytes is None:
-            return None
-        return (self.reserved_bytes or self.peak_bytes) <= self.gpu_bytes
+        """Whether reserved + headroom fits the GPU of ``--gpu`` (None without one)."""
+        v = self.verdict
+        return None if v is None else v.fits
 
     @property
     def saved_total(self) -> int:
@@ -91,6 +101,7 @@ class TraceResult:
             "reserved_bytes": self.reserved_bytes,
             "gpu_bytes": self.gpu_bytes,
             "fits": self.fits,
+            "verdict": None if self.verdict is None else self.verdict.to_dict(),
             "phase_peaks": dict(self.phase_peaks),
             "per_module": [m.to_dict() for m in self.per_module],
             "per_layer_peak": {str(k): v for k, v in self.per_layer_peak.items()},

@@ -1,0 +1,59 @@
+"""PEFT's ``adapter_config.json`` (PEFT 0.21.2: ``LoraConfig.to_dict()``, ``peft/tuners/lora/config.py``).
+
+``r`` 8, ``lora_alpha`` 8, ``lora_dropout`` 0.0, ``target_modules`` None (PEFT's default for the
+architecture); a *string* ``target_modules`` other than ``all-linear`` is a regular expression PEFT
+full-matches against module names (``check_target_module_exists``), which memfit does not evaluate.
+"""
+
+from __future__ import annotations
+
+from memfit.configs.document import Document
+from memfit.configs.reading import FileReading, Reader, names
+from memfit.configs.schema import load_schema
+
+NOT_MODELLED = {
+    "use_dora": "DoRA's magnitude vectors and norm activations",
+    "rank_pattern": "per-module ranks",
+    "layers_to_transform": "LoRA on some layers only",
+    "exclude_modules": "modules excluded from the targets",
+    "trainable_token_indices": "trainable token rows",
+    "target_parameters": "LoRA on parameters (MoE expert weights)",
+    "lora_bias": "a trained bias on lora_B",
+    "layer_replication": "replicated layers",
+    "use_qalora": "QA-LoRA pooling",
+    "use_bdlora": "block-diagonal LoRA",
+    "alora_invocation_tokens": "activated LoRA",
+}
+
+
+def read_peft(doc: Document) -> FileReading:
+    peft_type = str(doc.data.get("peft_type") or "LORA").upper()
+    if peft_type != "LORA":
+        r = Reader(doc, "peft", load_schema("peft"), data={}, label="PEFT")
+        r.row("peft_type", "NOT MODELLED", value=doc.data.get("peft_type"),
+               note=f"a {peft_type} adapter: memfit models LoRA; its fields are not read")
+        return r.finish()
+    r = Reader(doc, "peft", load_schema("peft"), label="PEFT")
+    r.model("base_model_name_or_path")
+    r.set("adapter", "lora", "peft_type")
+    r.set("rank", r.get("r"), "r")
+    r.set("alpha", r.get("lora_alpha"), "lora_alpha")
+    r.set("lora_dropout", float(r.get("lora_dropout") or 0.0), "lora_dropout")
+    targets = r.get("target_modules")
+    if isinstance(targets, str) and targets != "all-linear":
+        r.not_modelled("target_modules", "a regular expression over module names: pass --targets with the names "
+                                         "it matches", active=lambda v: True)
+    elif targets:
+        t = names(targets if isinstance(targets, list) else [targets])
+        r.set("targets", ("all-linear",) if t == ("all-linear",) else t, "target_modules")
+    else:
+        r.set("targets", (), "target_modules", memfit_value="PEFT's default for the architecture")
+    if r.get("modules_to_save"):
+        r.set("modules_to_save", names(r.get("modules_to_save")), "modules_to_save")
+    if r.get("bias") not in (None, "none"):
+        r.not_modelled("bias", f"bias={r.get('bias')!r}: trained biases", active=lambda v: True)
+    for name, why in NOT_MODELLED.items():
+        r.not_modelled(name, why)
+    r.ignore("alpha_pattern", "alphas: no memory effect")
+    r.ignore("inference_mode", "true in a saved adapter; training makes it trainable")
+    return r.finish()

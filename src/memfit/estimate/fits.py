@@ -1,0 +1,171 @@
+"""Whether a run fits a GPU: the one rule that ``estimate``, ``trace`` and ``fit`` all apply and print.
+
+::
+
+    need  = reserved                      (--device cuda)
+          = peak + 5% of the peak + 256 MiB   caching allocator: block rounding, 2/20 MiB segments, fragmentation
+                 + 512 MiB                    CUDA context, cuBLAS / cuDNN workspaces
+    need  = peak                          (--device cpu: nothing is reserved beyond the live tensors)
+
+    fits  <=>  need + headroom <= the GPU's bytes
+
+``peak`` is the estimated (or traced) peak of live tensor bytes, what ``torch.cuda.max_memory_allocated``
+reports; ``reserved`` is what ``torch.cuda.memory_reserved`` + the context add up to, what ``nvidia-smi``
+shows as used. The allocator and context figures are memfit's stated assumptions (the context is
+commonly 300-600 MiB, depending on the driver and GPU; neither has been measured on a GPU yet).
+
+``headroom`` (``--headroom``, default 5% of the GPU) is kept free on top of ``reserved`` for what the
+model does not know: the estimate's own error (max 2.85% over the 45-row agreement matrix of
+bench/RESULTS.md), the spread of the CUDA context around its assumed 512 MiB, and memory other processes
+hold (a desktop session takes a few hundred MiB of a GeForce card). A verdict of "fits" with less
+than that to spare is the one that fails at 3 a.m., so the default is not zero; ``--headroom 0`` judges
+``reserved`` against the whole GPU.
+
+Worked example: a peak of 20 GiB on a 24 GiB card (CUDA): reserved = 20 + 1.00 + 0.25 + 0.50 = 21.75
+GiB; headroom 5% x 24 = 1.20 GiB; 21.75 + 1.20 = 22.95 <= 24.00: fits, 1.05 GiB to spare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import MemfitError
+from memfit.estimate.gpus import GpuSpec
+from memfit.units import BYTES_PER_GIB, BYTES_PER_MIB, parse_size
+
+CUDA_CONTEXT_BYTES = 512 * BYTES_PER_MIB  # assumed: CUDA context + cuBLAS/cuDNN workspaces
+ALLOCATOR_OVERHEAD_FRACTION = 0.05  # assumed: caching-allocator rounding and fragmentation
+ALLOCATOR_OVERHEAD_BYTES = 256 * BYTES_PER_MIB
+DEFAULT_HEADROOM = 0.05  # share of the GPU kept free on top of reserved (module docstring)
+
+
+def reserved_bytes(peak_bytes: int, device: str) -> int:
+    """What the step holds on the device: on CUDA the peak + allocator overhead + CUDA context, on CPU the peak.
+
+    >>> reserved_bytes(20 * 1024**3, "cuda") - 20 * 1024**3 == 1024**3 + 768 * 1024**2
+    True
+    """
+    if device != "cuda":
+        return peak_bytes
+    return peak_bytes + int(peak_bytes * ALLOCATOR_OVERHEAD_FRACTION) + ALLOCATOR_OVERHEAD_BYTES + CUDA_CONTEXT_BYTES
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Headroom:
+    """Memory kept free on the GPU on top of what the step reserves: a share of it or a fixed size."""
+
+    fraction: float | None = DEFAULT_HEADROOM
+    bytes: int | None = None
+
+    def bytes_of(self, gpu_bytes: int) -> int:
+        """The headroom in bytes on a GPU of ``gpu_bytes``: 5% of 24 GiB -> 1,288,490,188 B."""
+        if self.bytes is not None:
+            return self.bytes
+        return gpu_bytes - int(gpu_bytes * (1.0 - (self.fraction or 0.0)))
+
+    def budget(self, gpu_bytes: int) -> int:
+        """Bytes the step may reserve on a GPU of ``gpu_bytes``: 24 GiB at 5% -> 24,481,313,587 B."""
+        return gpu_bytes - self.bytes_of(gpu_bytes)
+
+    def describe(self) -> str:
+        if self.bytes is not None:
+            return f"{self.bytes / BYTES_PER_GIB:.2f} GiB"
+        return f"{100 * (self.fraction or 0.0):g}% of the GPU"
+
+    @classmethod
+    def parse(cls, text: str | float | None) -> Headroom:
+        """``"5%"``, ``"0.05"`` (a share of the GPU) or ``"2GiB"`` (a size); None is the default (5%).
+
+        >>> Headroom.parse("10%").fraction, Headroom.parse("2GiB").bytes
+        (0.1, 2147483648)
+        """
+        if text is None:
+            return cls()
+        if isinstance(text, int | float):
+            value = float(text)
+        else:
+            t = text.strip()
+            if t.endswith("%"):
+                value = _float(t[:-1], text) / 100.0
+            elif any(c.isalpha() for c in t):
+                try:
+                    return cls(fraction=None, bytes=parse_size(t))
+                except MemfitError:
+                    raise MemfitError(f"--headroom {text!r}: write a share (0.05 or 5%) or a size (2GiB)") from None
+            else:
+                value = _float(t, text)
+        if not 0.0 <= value < 1.0:
+            raise MemfitError(f"--headroom {text!r} must be a share of the GPU in [0, 1) (0.05 or 5%) or a size "
+                              "such as 2GiB")
+        return cls(fraction=value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fraction": self.fraction, "bytes": self.bytes}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitVerdict:
+    """The rule of the module docstring applied to one step on one GPU."""
+
+    gpu: GpuSpec
+    device: str
+    peak_bytes: int
+    headroom: Headroom
+
+    @property
+    def reserved_bytes(self) -> int:
+        return reserved_bytes(self.peak_bytes, self.device)
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.headroom.bytes_of(self.gpu.bytes)
+
+    @property
+    def need_bytes(self) -> int:
+        """reserved + headroom: what must not exceed the GPU."""
+        return self.reserved_bytes + self.headroom_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.need_bytes <= self.gpu.bytes
+
+    @property
+    def spare_bytes(self) -> int:
+        """GPU bytes left beyond reserved + headroom (negative: short by that much)."""
+        return self.gpu.bytes - self.need_bytes
+
+    def rule(self) -> str:
+        """The comparison in numbers: ``reserved 23.96 GiB + headroom 1.20 GiB (5% of the GPU) = 25.16 GiB >
+        24.00 GiB (24GiB)``."""
+        what = "reserved" if self.device == "cuda" else "peak"
+        sign = "<=" if self.fits else ">"
+        return (f"{what} {_gib(self.reserved_bytes)} + headroom {_gib(self.headroom_bytes)} "
+                f"({self.headroom.describe()}) = {_gib(self.need_bytes)} {sign} {_gib(self.gpu.bytes)} "
+                f"({self.gpu.name})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fits": self.fits, "rule": self.rule(), "gpu_bytes": self.gpu.bytes, "device": self.device,
+                "peak_bytes": self.peak_bytes, "reserved_bytes": self.reserved_bytes,
+                "headroom": self.headroom.to_dict(), "headroom_bytes": self.headroom_bytes,
+                "need_bytes": self.need_bytes, "spare_bytes": self.spare_bytes}
+
+
+def judge_fit(peak_bytes: int, device: str, gpu: GpuSpec, headroom: Headroom | None = None) -> FitVerdict:
+    """Whether a step with ``peak_bytes`` of live tensors fits ``gpu`` (module docstring)."""
+    headroom = headroom or Headroom()
+    if headroom.bytes_of(gpu.bytes) >= gpu.bytes:
+        raise MemfitError(f"--headroom {headroom.describe()} leaves nothing of {gpu.name} "
+                          f"({_gib(gpu.bytes)}): lower it")
+    return FitVerdict(gpu=gpu, device=device, peak_bytes=peak_bytes, headroom=headroom)
+
+
+def _gib(n: int) -> str:
+    return f"{n / BYTES_PER_GIB:.2f} GiB"
+
+
+def _float(text: str, original: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise MemfitError(f"--headroom {original!r}: write a share (0.05 or 5%) or a size (2GiB)") from None

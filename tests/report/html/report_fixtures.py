@@ -1,0 +1,57 @@
+"""The JSON each page is rendered from in the tests: real ``--json`` outputs of the five commands (the
+README's examples), kept here so the pages and their screenshots are reproducible.
+
+estimate.json  memfit estimate llama-3.1-8b --rank 16 --batch 4 --seq 2048 --gpu 24GiB --json
+fit.json       memfit fit llama-3.1-8b --gpu 24GiB --rank 64 --batch 4 --seq 2048 --json
+trace.json     memfit trace llama-3.1-8b --rank 16 --batch 4 --seq 2048 --gpu 24GiB --json
+measure.json   memfit measure tiny-llama.json --batch 1,2,4 --seq 128,256 --checkpointing both --device cpu
+               --precision fp32 --method lora --steps 3 --json   (a 4-layer llama, hidden 128, on 2 CPU cores)
+lengths.json   memfit lengths gsm8k/train.jsonl --tokenizer llama2 --prompt question --completion answer
+               --seq-len 2048 --batch 8 --model llama-3.1-8b --json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).parent / "data"
+COMMANDS = ("estimate", "trace", "measure", "fit", "lengths")
+
+
+def load(command: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / f"{command}.json").read_text())
+    return data
+
+
+def required_paths(command: str, d: dict[str, Any]) -> set[tuple[Any, ...]]:
+    """The figures each page must show (so the figure check cannot pass on an empty page)."""
+    if command == "estimate":
+        paths = {("peak_bytes",), ("reserved_bytes",), ("gpu_bytes",), ("activation_bytes",), ("rule_of_thumb_bytes",)}
+        paths |= {("components", k) for k, v in d["components"].items() if v}
+        paths |= {("moments", k) for k in d["moments"]}
+        paths |= {("activations_per_layer", k) for k in d["activations_per_layer"]}
+        paths |= {("model_states", k) for k, v in d["model_states"].items() if v}
+    elif command == "trace":
+        paths = {("peak_bytes",), ("reserved_bytes",), ("gpu_bytes",), ("estimate", "peak_bytes"),
+                 ("saved_for_backward", "total"), ("saved_for_backward", "by_layer", "layer 0")}
+        paths |= {("components", k) for k, v in d["components"].items() if v}
+        paths |= {("phase_peaks", k) for k in d["phase_peaks"]}
+    elif command == "measure":
+        paths = {("runs", i, "peak_bytes") for i, r in enumerate(d["runs"]) if r["fits"]}
+        paths |= {("fits", i, "r2") for i in range(len(d["fits"]))}
+        paths |= {("fits", i, "slope_bytes_per_sample") for i in range(len(d["fits"]))}
+        paths |= {("checkpointing_trade", i, k) for i in range(len(d["checkpointing_trade"]))
+                  for k in ("saved_bytes", "fraction_saved", "slowdown")}
+    elif command == "fit":
+        paths = {("initial", "peak_bytes"), ("budget_bytes",), ("final", "peak_bytes"), ("cheapest", "peak_bytes")}
+        paths |= {("steps", i, k) for i in range(len(d["steps"])) for k in ("peak_bytes", "saved_bytes")}
+    else:
+        paths = {("count",), ("percentiles", "p95"), ("recommended_seq_len",), ("recommended_truncated_share",),
+                 ("recommended_over",)}
+        paths |= {("padding_waste", s) for s in ("random", "grouped", "packed")}
+        paths |= {("padding", s, "padding_tokens") for s in ("random", "grouped", "packed")}
+    return paths
+
+

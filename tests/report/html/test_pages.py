@@ -1,0 +1,139 @@
+"""The HTML pages without a browser: the command is recognised from the JSON, every figure shown equals the
+JSON, user text is escaped, nothing external is referenced, bad JSON is one clear error."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import dom_figures
+import pytest
+from report_fixtures import COMMANDS, load, required_paths
+
+from memfit.errors import MemfitError
+from memfit.report.html import detect_command, render_page
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_page_figures_equal_the_json(command: str) -> None:
+    d = load(command)
+    assert detect_command(d) == command
+    html = render_page(d, source=f"{command}.json")
+    seen = set(dom_figures.check(html, d))
+    missing = required_paths(command, d) - seen
+    assert not missing, f"figures not on the {command} page: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_page_is_self_contained(command: str) -> None:
+    """No script, no external reference: the only URL is the SVG namespace (a name, never fetched)."""
+    html = render_page(load(command))
+    assert html.startswith("<!doctype html>")
+    assert "<script" not in html.lower()
+    for attr in ("src=", "href=", "url(", "@import"):
+        assert attr not in html, attr
+    urls = set(re.findall(r"https?://[^\s\"'<>]+", html))
+    assert urls <= {"http://www.w3.org/2000/svg"}
+    assert '<meta name="viewport"' in html and "@media print" in html and "viewBox=" in html
+
+
+def test_user_text_is_escaped() -> None:
+    """Model names and paths come from users: markup in them must come out as text."""
+    d = load("estimate")
+    d["model"] = '<script>alert("x")</script>'
+    d["moments"] = {'forward: <b onmouseover="x">': 5, **d["moments"]}
+    html = render_page(d, source='my "runs" & <stuff>.json')
+    assert "<script>" not in html and "<b onmouseover" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+    assert "my &quot;runs&quot; &amp; &lt;stuff&gt;.json" in html
+    lengths = load("lengths")
+    lengths["source"] = "data/<img src=x onerror=alert(1)>.jsonl"
+    assert "<img" not in render_page(lengths)
+
+
+def test_estimate_page_takes_typed_moments_and_a_timeline() -> None:
+    """The coming typed moments and an engine timeline draw one polygon per category present, the peak
+    labelled and listed with its categories; today's totals draw one grey series."""
+    d = load("estimate")
+    typed = copy.deepcopy(d)
+    typed["moments"] = [
+        {"phase": "forward", "label": "forward: loss", "parts": {"weights_frozen": 100, "activations": 50}},
+        {"phase": "backward", "label": "backward: loss", "parts": {"weights_frozen": 100, "activations": 50,
+                                                                   "logits": 30}},
+        {"phase": "optimizer", "label": "optimizer: step", "parts": {"weights_frozen": 100, "optimizer": 20}},
+    ]
+    html = render_page(typed)
+    step = html[html.index("Memory over the step"):]
+    step = step[: step.index("</section>")]
+    assert step.count("<polygon") == 4  # weights_frozen, optimizer, activations, logits
+    assert "peak 180 B" in step and "alive at the peak (backward: loss)" in step
+    checked = set(dom_figures.check(html, typed))
+    assert ("moments", 1, "parts", "logits") in checked
+
+    timeline = copy.deepcopy(d)
+    timeline["timeline"] = [{"t": i, "phase": "forward" if i < 3000 else "backward", "module": f"m{i % 7}",
+                             "bytes_by_category": {"weights_frozen": 1000, "activations": i if i < 3000 else
+                                                   6000 - i}} for i in range(4000)]
+    html = render_page(timeline)
+    assert "600 of 4,000 timeline points drawn" in html
+    # the highest point, i = 3000 (activations 6000 - 3000 = 3000 > 2999 at i = 2999): 1000 + 3000 = 4,000 B
+    # = 3.906 KiB, kept by the downsampling and listed with its categories
+    assert "peak 3.91 KiB" in html
+    assert ("timeline", 3000, "bytes_by_category", "activations") in set(dom_figures.check(html, timeline))
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"a": 1}, "not the --json output of memfit estimate, trace, measure, fit, lengths (its keys: a)"),
+    ([1, 2], "the JSON is a list, not an object"),
+    ({"mode": "rule-of-thumb", "activation_bytes": 1}, "without --rule-of-thumb"),
+])
+def test_unknown_json_is_one_clear_error(data: Any, message: str) -> None:
+    with pytest.raises(MemfitError, match=re.escape(message)):
+        render_page(data)
+
+
+def test_malformed_json_of_a_known_kind_is_one_clear_error() -> None:
+    d = load("estimate")
+    d["components"] = 5
+    with pytest.raises(MemfitError, match=r"looks like `memfit estimate --json` output but a field is missing"):
+        render_page(d)
+    f = load("fit")
+    del f["budget_bytes"]
+    with pytest.raises(MemfitError, match=r"this fit JSON has no 'budget_bytes'"):
+        render_page(f, command="fit")
+
+
+def test_lengths_page_without_a_histogram_draws_the_cdf_through_the_percentiles() -> None:
+    d = load("lengths")
+    del d["histogram"]
+    html = render_page(d)
+    assert "drawn through the percentiles only" in html
+    assert dom_figures.check(html, d)
+
+
+@pytest.mark.parametrize("command", ["trace", "measure"])
+def test_trace_and_measure_pages_draw_a_timeline_when_the_json_has_one(command: str) -> None:
+    """The engines' coming timeline: a stacked area, each phase's highest point (three rows, not one per
+    event) and the peak's categories tied to the JSON. Hand-made: weights 100 B throughout, activations
+    growing 10 B per event through the forward (events 0-9), logits 500 B at event 10, then the backward
+    freeing 10 B of activations per event, and the optimizer step with 200 B of state."""
+    d = load(command)
+    timeline = [{"t": i, "phase": "forward", "module": f"model.layers.{i}",
+                 "bytes_by_category": {"weights_frozen": 100, "activations": 10 * (i + 1)}} for i in range(10)]
+    timeline.append({"t": 10, "phase": "backward", "module": "lm_head",
+                     "bytes_by_category": {"weights_frozen": 100, "activations": 100, "logits": 500}})
+    timeline += [{"t": 11 + i, "phase": "backward", "module": f"model.layers.{9 - i}",
+                  "bytes_by_category": {"weights_frozen": 100, "activations": 90 - 10 * i}} for i in range(9)]
+    timeline.append({"t": 20, "phase": "optimizer", "module": "", "bytes_by_category": {"weights_frozen": 100,
+                                                                                           "optimizer": 200}})
+    d["timeline"] = timeline
+    html = render_page(d)
+    step = html[html.index("Memory over the step"):]
+    step = step[: step.index("</section>")]
+    assert "peak 700 B" in step  # 100 + 100 + 500 at t = 10
+    assert step.count("<polygon") == 4  # weights_frozen, optimizer, activations, logits
+    assert "alive at the peak (backward: lm_head)" in step
+    assert step.count("<tr") == 1 + 3 + 1 + 3 + 1  # phase table: head + 3 phases; alive: head + 3 + total
+    checked = set(dom_figures.check(html, d))
+    assert {("timeline", 10, "bytes_by_category", c) for c in ("weights_frozen", "activations", "logits")} <= checked
