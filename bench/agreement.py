@@ -1,7 +1,7 @@
 """Agreement: estimate, trace and measure on one matrix (issue 6). Writes the ``## agreement`` section.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/agreement.py            # the full CPU matrix + full-size rows
-    .venv/bin/python bench/agreement.py --fast --no-write              # the 7-row subset that `make test` runs
+    .venv/bin/python bench/agreement.py --fast --no-write              # the 8-row subset that `make test` runs
 
 Every row is a real architecture scaled down (few layers, narrower, real ratios and real vocabulary) so
 a CPU step takes seconds; "measured" is the peak of live tensor bytes over two real training steps
@@ -209,7 +209,7 @@ def cuda_results(path: str, *, write: bool) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--fast", action="store_true", help="only the 7-row subset")
+    ap.add_argument("--fast", action="store_true", help="only the 8-row subset")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--no-full-size", action="store_true")
     ap.add_argument("--models", help="only these catalogue models (comma-separated), e.g. mixtral-8x7b")

@@ -193,7 +193,8 @@ NOTES = """- Where the loss is the peak (every row with a real vocabulary) the e
   bf16 at 1 x 256: the fp32 RMSNorm copies and PEFT's fp32 input copies alone are 8 + 8 B).
 - Not measurable on this CPU box and modelled from documentation: CUDA kernels (flash / efficient sdpa,
   foreach AdamW temporaries, fp32 LayerNorm statistics), QLoRA (bitsandbytes NF4 = 0.5 B + absmax),
-  adamw-8bit, Adafactor, `--offload`. `tests/estimate/test_agreement_cuda.py` checks four rows against
+  adamw-8bit, `--offload`. Adafactor (transformers', the Trainer's) runs on CPU: its rows are in the
+  agreement section. `tests/estimate/test_agreement_cuda.py` checks four rows against
   `torch.cuda.max_memory_allocated` when a GPU is present (it has not run yet: no GPU was lent)."""
 
 

@@ -49,3 +49,88 @@ def test_lora_trainable_params_equal_peft(name: str, targets: tuple[str, ...]) -
     shape = ModelShape.from_hf_config(config)
     spec = RunSpec(method="lora", rank=8, targets=targets)
     assert lora_trainable_params(shape, spec) == _peft_count(config, targets, 8)
+
+
+# ---- --modules-to-save: PEFT's own name matching, per architecture (issue 21 #6) -------------------------
+
+from memfit.errors import MemfitError  # noqa: E402
+from memfit.estimate.lora import module_names  # noqa: E402
+from memfit.estimate.shape import SUPPORTED_MODEL_TYPES  # noqa: E402
+from memfit.measure.model import tiny_config  # noqa: E402
+
+
+def _meta_model(config: dict) -> object:
+    cfg = dict(config)
+    model_type = cfg.pop("model_type")
+    for k in ("torch_dtype", "dtype"):
+        cfg.pop(k, None)
+    hf = transformers.AutoConfig.for_model(model_type, **cfg)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
+
+
+def _two_layers(name: str) -> dict:
+    config = dict(lookup(name).config)
+    config["n_layer" if config["model_type"] == "gpt2" else "num_hidden_layers"] = 2
+    return config
+
+
+MODULE_TREES = [(n, _two_layers(n)) for n in ("gpt2", "opt-1.3b", "pythia-1.4b", "llama-3.2-1b", "mistral-7b",
+                                              "mixtral-8x7b", "qwen2.5-0.5b", "qwen3-8b", "gemma-2-2b", "phi-3-mini")]
+MODULE_TREES += [("opt-projected", tiny_config("opt", layers=2, ffn_dim=128, word_embed_proj_dim=32)),
+                 ("opt-post-norm", tiny_config("opt", layers=2, ffn_dim=128, do_layer_norm_before=False)),
+                 ("gemma", tiny_config("gemma", layers=2, head_dim=16))]
+
+
+@pytest.mark.parametrize(("name", "config"), MODULE_TREES, ids=[n for n, _ in MODULE_TREES])
+def test_module_names_are_those_of_the_real_model(name: str, config: dict) -> None:
+    """The names PEFT matches --modules-to-save against: equal to named_modules() of the model transformers builds."""
+    real = {k for k, _ in _meta_model(config).named_modules(remove_duplicate=False) if k}
+    assert set(module_names(ModelShape.from_hf_config(config))) == real
+
+
+def test_module_trees_cover_every_architecture() -> None:
+    types = {ModelShape.from_hf_config(c).model_type for _, c in MODULE_TREES}
+    assert types == set(SUPPORTED_MODEL_TYPES)
+
+
+SAVE_CASES = [
+    ("gpt2", ("wte",)),  # GPT-2's real name (refused before); tied to lm_head
+    ("gpt2", ("wte", "lm_head")),
+    ("gpt2", ("transformer.wte",)),
+    ("gpt2", ("head",)),  # PEFT matches plain suffixes: "head" is lm_head
+    ("opt-1.3b", ("embed_tokens", "lm_head")),  # under model.decoder
+    ("pythia-1.4b", ("embed_in", "lm_head")),  # transformers 5 names GPT-NeoX's output layer lm_head
+    ("llama-3.2-1b", ("embed_tokens", "lm_head")),  # tied embeddings: two copies
+    ("qwen2.5-0.5b", ("lm_head",)),
+]
+
+
+def _peft_trainable(config: dict, modules_to_save: tuple[str, ...], rank: int) -> int:
+    pm = peft.get_peft_model(_meta_model(config), peft.LoraConfig(
+        r=rank, target_modules=None, modules_to_save=list(modules_to_save), task_type="CAUSAL_LM"))
+    return sum(p.numel() for p in pm.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize(("name", "saved"), SAVE_CASES, ids=[f"{n}-{'+'.join(s)}" for n, s in SAVE_CASES])
+def test_modules_to_save_trainable_params_equal_peft(name: str, saved: tuple[str, ...]) -> None:
+    config = _two_layers(name)
+    spec = RunSpec(method="lora", rank=8, modules_to_save=saved)
+    assert lora_trainable_params(ModelShape.from_hf_config(config), spec) == _peft_trainable(config, saved, 8)
+
+
+def test_a_name_no_module_has_is_an_error() -> None:
+    """gpt2 has no embed_tokens: PEFT wraps nothing (its trainable count stays the adapter's), the estimate used to
+    count a 38.6M-parameter copy. Now an error naming the architecture's real modules."""
+    config = _two_layers("gpt2")
+    spec = RunSpec(method="lora", rank=8, modules_to_save=("embed_tokens",))
+    assert _peft_trainable(config, ("embed_tokens",), 8) == _peft_trainable(config, (), 8)  # PEFT: silently none
+    with pytest.raises(MemfitError, match=r"embed_tokens matches no module of this gpt2 model.*transformer\.wte"):
+        lora_trainable_params(ModelShape.from_hf_config(config), spec)
+
+
+def test_a_module_the_estimate_does_not_model_points_to_trace() -> None:
+    shape = ModelShape.from_hf_config(_two_layers("gpt2"))
+    with pytest.raises(MemfitError, match="transformer.ln_f: memfit estimate models trained copies of "
+                                          "transformer.wte and lm_head only.*memfit trace"):
+        lora_trainable_params(shape, RunSpec(method="lora", modules_to_save=("ln_f",)))

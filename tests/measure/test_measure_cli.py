@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memfit.cli import main  # noqa: E402
+from memfit.errors import MemfitError  # noqa: E402
 from memfit.estimate import RunSpec  # noqa: E402
 from memfit.measure.model import tiny_config  # noqa: E402
 from memfit.measure.point import measure_point  # noqa: E402
@@ -64,3 +65,42 @@ def test_measure_cli_cuda_asked_but_absent(config_path: Path, capsys: pytest.Cap
     rc = main(["measure", str(config_path), "--device", "cuda"])
     assert rc == 1
     assert "use --device cpu" in capsys.readouterr().err
+
+
+from bad_configs import BAD_CONFIGS, BAD_IDS  # noqa: E402
+
+
+@pytest.mark.parametrize(("name", "config", "message"), BAD_CONFIGS, ids=BAD_IDS)
+def test_measure_refuses_invalid_configs_before_building(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch, name: str, config: dict,
+                                                         message: str) -> None:
+    """The estimate's boundary, in measure: one red line before any worker starts or model is built."""
+    import memfit.measure.sweep as sweep
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("measure ran an invalid config")
+
+    monkeypatch.setattr(sweep, "measure_in_subprocess", no_run)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["measure", str(path), "--device", "cpu", "--batch", "1", "--seq", "16"]) == 1
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split()) and "Traceback" not in err
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_config", no_run)
+    with pytest.raises(MemfitError, match="must be|not divisible|does not divide|more than|memfit accepts"):
+        measure_point(config, RunSpec(method="full", precision="fp32", batch=1, seq=16, device="cpu"), steps=0)
+
+
+def test_measure_refuses_a_modules_to_save_name_no_module_has(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt2 has no embed_tokens: PEFT would silently train nothing extra (measure ran it before)."""
+    import memfit.measure.sweep as sweep
+
+    gpt2 = tiny_config("gpt2", layers=1, hidden=64, heads=4, vocab=256)
+    monkeypatch.setattr(sweep, "measure_in_subprocess", lambda *a, **k: pytest.fail("started a worker"))
+    (tmp_path / "config.json").write_text(json.dumps(gpt2))
+    assert main(["measure", str(tmp_path), "--modules-to-save", "embed_tokens", "--device", "cpu"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "embed_tokens matches no module of this gpt2 model" in err and "transformer.wte, lm_head" in err
+    with pytest.raises(MemfitError, match="embed_tokens matches no module of this gpt2 model"):
+        measure_point(gpt2, RunSpec(modules_to_save=("embed_tokens",), batch=1, seq=16, device="cpu"), steps=0)

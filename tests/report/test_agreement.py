@@ -1,7 +1,10 @@
 """Agreement (issue 6), the fast subset: seven real architectures scaled down, one real CPU training step
-each, against the estimate and the trace. A regression in any engine fails CI here.
+each (eight rows: Llama also with Adafactor), against the estimate and the trace. A regression in any engine
+fails CI here.
 
-Targets: estimate vs measured median |error| <= 2% and max <= 5%; trace vs measured max <= 1%.
+Targets: estimate vs measured median |error| <= 2% and max <= 5%; trace vs measured max <= 1%; the Adafactor
+row, whose peak is the optimizer step, within 0.1% (issue 21: the estimate was +24% there, counting a full
+second moment for the non-square embedding).
 """
 
 from __future__ import annotations
@@ -52,5 +55,7 @@ def test_estimate_and_trace_agree_with_measured() -> None:
     assert statistics.median(est) <= 0.02, report
     assert max(est) <= 0.05, report
     assert max(trace) <= 0.01, report
+    (ada,) = [r for r in results if r.row.spec.optimizer == "adafactor"]
+    assert ada.measured_phase == "optimizer" and abs(ada.estimate_error) <= 0.001, report
     # the baselines the issue compares against are really worse: activations and logits matter here
     assert statistics.median(abs(r.error(r.states_only_bytes) or 0) for r in results) > 0.05, report

@@ -11,9 +11,11 @@ import typer
 
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
+from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import ONLY_WITH, explicit_flags, spec_options
 from memfit.errors import MemfitError
-from memfit.estimate import RunSpec, resolve_config
+from memfit.estimate import ModelShape, RunSpec, resolve_config
+from memfit.estimate.lora import check_modules_to_save
 from memfit.report import console, err_console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -79,6 +81,8 @@ def measure_command(
     html: HtmlOption = None,
     force: ForceOption = False,
     gpu: Annotated[str | None, typer.Option("--gpu", hidden=True)] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
+                                          "transformers) on stderr")] = False,
     *,
     spec: RunSpec,
     config_import: Any = None,
@@ -91,6 +95,7 @@ def measure_command(
     """
     from memfit.units import parse_size
 
+    quiet_third_party(verbose)
     if gpu is not None:
         raise MemfitError("memfit measure runs real steps on this machine's device and judges no --gpu: pass "
                           "--memory-limit 24GiB to stop points above a device size (a simulated out-of-memory on "
@@ -109,6 +114,7 @@ def measure_command(
     limit = parse_size(memory_limit) if memory_limit else None
     check_html(html, force)
     config = resolve_config(model)
+    check_modules_to_save(ModelShape.from_hf_config(config), spec)  # before any worker builds the model
     dev = pick_device(device)
     spec = spec.with_(device=dev, batch=batches[0], seq=seqs[0], checkpointing=modes[0])
     from memfit.measure.model import check_spec

@@ -4,7 +4,6 @@ No ``from __future__ import annotations`` here: ``@spec_options`` rebuilds the s
 see the ``Annotated`` option objects, not strings.
 """
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,9 +11,10 @@ import typer
 
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
+from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError, require_extra
-from memfit.estimate import RunSpec, resolve_config
+from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
 from memfit.report import console, err_console, print_config_import, print_json
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -31,6 +31,8 @@ def trace_command(
     check: CheckFlag = False,
     html: HtmlOption = None,
     force: ForceOption = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
+                                          "transformers) on stderr")] = False,
     *,
     spec: RunSpec,
     config_import: Any = None,
@@ -39,6 +41,7 @@ def trace_command(
     holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one.
     With --gpu, whether it fits by the rule memfit estimate prints. Exit codes: 0 an answer, 1 bad input,
     2 usage, 3 does not fit (with --check)."""
+    quiet_third_party(verbose)
     from dataclasses import replace
 
     from memfit.estimate.fits import Headroom
@@ -59,13 +62,14 @@ def trace_command(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
-    from memfit.trace.engine import check_trace_spec, trace_step
+    from memfit.trace.engine import check_trace_config, check_trace_spec, trace_step
 
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     check_trace_spec(spec)
     check_html(html, force)
     config = load_config(model)
+    check_trace_config(config, spec)
     estimate = _estimate(model, spec, room)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
                   transient=True, disable=json_out) as progress:
@@ -97,19 +101,16 @@ def trace_command(
 
 def load_config(model: str) -> dict[str, Any]:
     """A catalogue entry's config, or any ``config.json`` transformers can build (also architectures the
-    estimate does not model: trace runs the real code, so it needs no shape model). Never remote code."""
+    estimate does not model: trace runs the real code, so it needs no shape model). Never remote code.
+    Read and checked by the estimate's boundary (:func:`memfit.estimate.read_config_file`,
+    :func:`memfit.estimate.validate_config`), so a bad config fails here, before any model is built."""
     p = Path(model)
     if not (p.is_dir() or p.suffix == ".json" or p.exists()):
         return resolve_config(model)
-    file = p / "config.json" if p.is_dir() else p
-    if not file.is_file():
-        raise MemfitError(f"no config file at {file}: pass a catalogue name (`memfit models`) or a config.json path")
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MemfitError(f"{file} is not valid JSON ({exc}): pass a Hugging Face config.json") from exc
-    if not isinstance(config, dict) or not config.get("model_type"):
+    config, file = read_config_file(p)
+    if not config.get("model_type"):
         raise MemfitError(f"{file} has no model_type: add one (e.g. \"llama\") to the config")
+    validate_config(config)
     return config
 
 

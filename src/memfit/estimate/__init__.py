@@ -14,7 +14,7 @@ from memfit.estimate.catalogue import CatalogueEntry, catalogue, lookup, resolve
 from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu, smallest_fitting_gpu
 from memfit.estimate.lora import adapted_linears, lora_trainable_params
 from memfit.estimate.params import ParamCount, count_params
-from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, Linear, ModelShape, Norm
+from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, Linear, ModelShape, Norm, read_config_file, validate_config
 from memfit.estimate.spec import RunSpec, parse_targets
 from memfit.estimate.states import ModelStates, model_states
 
@@ -41,11 +41,13 @@ __all__ = [
     "lora_trainable_params",
     "model_states",
     "parse_targets",
+    "read_config_file",
     "resolve_config",
     "resolve_gpu",
     "resolve_model",
     "rule_of_thumb_activation_bytes",
     "smallest_fitting_gpu",
+    "validate_config",
 ]
 
 

@@ -50,6 +50,7 @@ from memfit.estimate.lora import (
     lora_linear_params,
     lora_params_per_layer,
     lora_rank,
+    saved_modules,
 )
 from memfit.estimate.shape import Linear, ModelShape
 from memfit.estimate.spec import RunSpec
@@ -824,7 +825,7 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
                           "--lora-dropout 0, or name the attention projections in --targets (e.g. q_proj,v_proj)")
     T, h, V = spec.batch * spec.seq, shape.hidden, shape.vocab
     full = spec.method == "full"
-    embed_trained = full or "embed_tokens" in spec.modules_to_save
+    embed_trained = full or any(m.role == "embed" for m in saved_modules(shape, spec))
     resid_b = FP32 if spec.method == "qlora" else spec.weight_bytes  # embedding output dtype
 
     # embeddings: the ids are saved when the table is trained
@@ -900,7 +901,7 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
             xf = blk.layernorm(x_last, "head")
     else:
         xf = x_last
-    head_trained = full or "lm_head" in spec.modules_to_save
+    head_trained = full or any(m.role == "head" for m in saved_modules(shape, spec))
     lm_bpe = FP32 if spec.method == "qlora" else spec.weight_bytes
     if spec.loss == "chunked":
         # fused linear cross-entropy (Liger's LigerFusedLinearCrossEntropyLoss): the forward walks the

@@ -14,7 +14,7 @@ from typing import Any
 
 from memfit.errors import MemfitError
 from memfit.estimate import hub
-from memfit.estimate.shape import ModelShape
+from memfit.estimate.shape import ModelShape, read_config_file
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,19 +105,17 @@ def resolve_config(model: str) -> dict[str, Any]:
         return cached
     p = Path(model)
     if _path_like(model):
-        ModelShape.from_file(p)  # validates, with the same messages
-        file = p / "config.json" if p.is_dir() else p
-        config: dict[str, Any] = json.loads(file.read_text(encoding="utf-8"))
+        config, file = read_config_file(p)
+        ModelShape.from_hf_config(config, name=file.stem)  # validates, with the same messages
         return config
     return dict(lookup(model).config)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
+    """A config.json from the Hugging Face cache, through the one capped reader (:func:`read_config_file`)."""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MemfitError(f"{path} is not a readable config.json ({exc}): delete it from the cache and fetch it "
-                          "again") from exc
-    if not isinstance(config, dict):
-        raise MemfitError(f"{path} must hold a JSON object (a Hugging Face config)")
+        config, _ = read_config_file(path)
+    except MemfitError as exc:
+        raise MemfitError(f"{exc} (a file in the Hugging Face cache: delete it from the cache and fetch it "
+                          "again)") from None
     return config

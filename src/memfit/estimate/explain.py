@@ -39,7 +39,8 @@ def explain_estimate(shape: ModelShape, est: MemoryEstimate) -> tuple[Explanatio
     opt = {"adamw": "2 moments x trainable bytes (parameter dtype)",
            "adamw-8bit": "2 x 1 B per element + fp32 absmax per 256-block",
            "sgd": "none", "sgd-momentum": "1 momentum buffer x trainable bytes",
-           "adafactor": "row + column second moments per matrix"}[spec.optimizer]
+           "adafactor": "fp32 row + column second moments per matrix, full per vector, 4 B RMS per tensor"}[
+               spec.optimizer]
     out.append(Explanation(component="optimizer", formula=opt, numbers=f"{st.trainable_params:,} params",
                            bytes=st.optimizer))
     out.append(Explanation(

@@ -18,13 +18,30 @@ Mixtral (transformers 5) keeps its experts as fused 3-D parameters (E, 2i, h) an
     down       lora_A (rE, i),     lora_B (h, rE)         rE*(i + h)
 
 Naming them one by one in ``--targets`` is an error (PEFT matches module names, not parameters).
-``modules_to_save`` (``embed_tokens``, ``lm_head``) trains a full copy of the module beside the frozen
-original (PEFT's ``ModulesToSaveWrapper``).
+
+``--modules-to-save`` trains a full copy of a module beside the frozen original (PEFT's
+``ModulesToSaveWrapper``). PEFT 0.21.2 (``peft.utils.other._set_trainable``) wraps every module whose full name
+*ends with* a given name, as plain strings (``key.endswith(name)``: ``wte`` matches ``transformer.wte``, and so
+does ``te``), and silently wraps nothing when no name matches. memfit resolves the names against the module
+names transformers 5.24 really gives each architecture (:func:`module_names`; a test compares them with
+``named_modules()`` of the real models), so a name no module has is an error in all three engines. The token
+embedding and the output layer are the modules the estimate models (:func:`saved_modules`)::
+
+    gpt2      transformer.wte               lm_head
+    opt       model.decoder.embed_tokens    lm_head
+    gpt_neox  gpt_neox.embed_in             lm_head
+    others    model.embed_tokens            lm_head
+
+Each trains a V x h copy in the weights' dtype (fp32 under QLoRA); with tied embeddings too, since PEFT copies
+the module and the copy no longer shares its weight. Other modules (a final norm, a position embedding, a
+block's projection) are run by ``memfit trace`` and ``memfit measure``, which apply PEFT itself.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
+from typing import Literal
 
 from memfit.errors import MemfitError
 from memfit.estimate.shape import DEFAULT_LORA_TARGETS, Linear, ModelShape
@@ -106,18 +123,132 @@ def lora_params_per_layer(shape: ModelShape, spec: RunSpec) -> int:
     return sum(lora_linear_params(lin, spec.rank) for lin in adapted_linears(shape, spec))
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SavedModule:
+    """A top-level module whose copy ``--modules-to-save`` trains: its full name and its weight (rows, cols)."""
+
+    path: str
+    role: Literal["embed", "head"]
+    rows: int
+    cols: int
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols
+
+
+_BLOCK_EXTRAS: dict[str, tuple[str, ...]] = {  # parameter-free submodules of a block (activations, dropouts)
+    "gpt2": ("attn.attn_dropout", "attn.resid_dropout", "mlp.act", "mlp.dropout"),
+    "opt": ("activation_fn",),
+    "gpt_neox": ("post_attention_dropout", "post_mlp_dropout", "mlp.act"),
+    "phi3": ("mlp.activation_fn", "resid_attn_dropout", "resid_mlp_dropout"),
+    "mixtral": ("mlp.experts.act_fn",),
+}
+
+
+def _layers_prefix(shape: ModelShape) -> str:
+    return {"gpt2": "transformer.h", "opt": "model.decoder.layers", "gpt_neox": "gpt_neox.layers"}.get(
+        shape.model_type, "model.layers")
+
+
+def _top_modules(shape: ModelShape) -> tuple[str, ...]:
+    """The modules outside the decoder blocks, as transformers 5.24 names them."""
+    t = shape.model_type
+    if t == "gpt2":
+        return ("transformer", "transformer.wte", "transformer.wpe", "transformer.drop", "transformer.h",
+                "transformer.ln_f", "lm_head")
+    if t == "opt":
+        out = ["model", "model.decoder", "model.decoder.embed_tokens", "model.decoder.embed_positions",
+               "model.decoder.layers", "lm_head"]
+        if shape.embed_proj_dim:
+            out += ["model.decoder.project_out", "model.decoder.project_in"]
+        if shape.final_norm:
+            out.append("model.decoder.final_layer_norm")
+        return tuple(out)
+    if t == "gpt_neox":
+        return ("gpt_neox", "gpt_neox.embed_in", "gpt_neox.emb_dropout", "gpt_neox.layers",
+                "gpt_neox.final_layer_norm", "gpt_neox.rotary_emb", "lm_head")
+    return ("model", "model.embed_tokens", "model.layers", "model.norm", "model.rotary_emb", "lm_head")
+
+
+@cache
+def module_names(shape: ModelShape) -> tuple[str, ...]:
+    """Every module name of the model transformers builds (``named_modules(remove_duplicate=False)`` without the
+    root), the names PEFT matches ``modules_to_save`` against."""
+    block: set[str] = set()
+    params = {lin.path for lin in block_linears(shape) if lin.experts > 1}  # fused experts: parameters of mlp.experts
+    for path in [lin.path for lin in block_linears(shape)] + [n.path for n in shape.norms()]:
+        parts = path.split(".")
+        for i in range(1, len(parts) + (0 if path in params else 1)):
+            block.add(".".join(parts[:i]))
+    block.update(_BLOCK_EXTRAS.get(shape.model_type, () if shape.model_type in ("gpt2", "opt", "gpt_neox")
+                                   else ("mlp.act_fn",)))
+    prefix = _layers_prefix(shape)
+    layers = [f"{prefix}.{i}{'.' + p if p else ''}" for i in range(shape.n_layers) for p in sorted(block | {""})]
+    return _top_modules(shape) + tuple(layers)
+
+
+def embedding_modules(shape: ModelShape) -> tuple[SavedModule, SavedModule]:
+    """The token embedding and the output layer: the modules the estimate models under ``--modules-to-save``."""
+    embed = {"gpt2": "transformer.wte", "opt": "model.decoder.embed_tokens", "gpt_neox": "gpt_neox.embed_in"}.get(
+        shape.model_type, "model.embed_tokens")
+    return (SavedModule(path=embed, role="embed", rows=shape.vocab, cols=shape.embed_dim),
+            SavedModule(path="lm_head", role="head", rows=shape.vocab, cols=shape.embed_dim))
+
+
+def unknown_modules_message(unknown: list[str], model_type: str, examples: list[str]) -> str:
+    """The one message for ``--modules-to-save`` names no module has (estimate, trace and measure alike)."""
+    leaves = ",".join(e.rsplit(".", 1)[-1] for e in examples)
+    return (f"--modules-to-save {', '.join(unknown)} matches no module of this {model_type} model (PEFT trains a "
+            f"copy of each module whose name ends with the given name, and silently none when nothing matches; "
+            f"its embedding and output layer are {', '.join(examples)}): use e.g. --modules-to-save {leaves}")
+
+
+def check_modules_to_save(shape: ModelShape, spec: RunSpec) -> None:
+    """A MemfitError for ``--modules-to-save`` names that match no module of the model (what trace and measure
+    check before building it; they run every name that does match, through PEFT)."""
+    if spec.is_adapter and spec.modules_to_save:
+        _check_names(shape, spec.modules_to_save)
+
+
+@cache
+def _check_names(shape: ModelShape, requested: tuple[str, ...]) -> None:
+    names = module_names(shape)
+    unknown = [m for m in requested if not any(k.endswith(m) for k in names)]
+    if unknown:
+        raise MemfitError(unknown_modules_message(unknown, shape.model_type,
+                                                  [m.path for m in embedding_modules(shape)]))
+
+
+@cache
+def _saved_modules(shape: ModelShape, requested: tuple[str, ...]) -> tuple[SavedModule, ...]:
+    _check_names(shape, requested)
+    modelled = {m.path: m for m in embedding_modules(shape)}
+    names = module_names(shape)
+    out: dict[str, SavedModule] = {}
+    for m in requested:
+        matches = [k for k in names if k.endswith(m)]
+        other = [k for k in matches if k not in modelled]
+        if other:
+            more = f" and {len(other) - 3} more" if len(other) > 3 else ""
+            raise MemfitError(f"--modules-to-save {m} matches {', '.join(other[:3])}{more}: memfit estimate models "
+                              f"trained copies of {' and '.join(modelled)} only; name those, or run `memfit trace` "
+                              "or `memfit measure`, which apply PEFT itself")
+        out.update((k, modelled[k]) for k in matches)
+    return tuple(out.values())
+
+
+def saved_modules(shape: ModelShape, spec: RunSpec) -> tuple[SavedModule, ...]:
+    """The modules whose copies ``--modules-to-save`` trains, resolved as PEFT resolves the names (module
+    docstring). A MemfitError for a name no module has, or one matching a module the estimate does not model."""
+    if not spec.is_adapter or not spec.modules_to_save:
+        return ()
+    return _saved_modules(shape, spec.modules_to_save)
+
+
 def modules_to_save_params(shape: ModelShape, spec: RunSpec) -> int:
-    """Parameters of the trained copies of ``--modules-to-save`` (embed_tokens: V*h; lm_head: V*h)."""
-    n = 0
-    for m in spec.modules_to_save:
-        if m == "embed_tokens":
-            n += shape.vocab * shape.embed_dim
-        elif m == "lm_head":
-            n += shape.vocab * shape.embed_dim
-        else:
-            raise MemfitError(f"--modules-to-save {m!r}: memfit models embed_tokens and lm_head; "
-                              "use `memfit trace` for other modules")
-    return n
+    """Parameters of the trained copies of ``--modules-to-save`` (token embedding: V*h; output layer: V*h)."""
+    return sum(m.numel for m in saved_modules(shape, spec))
 
 
 def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:

@@ -9,20 +9,30 @@ fact                   keys read (first present wins)
 layers                 num_hidden_layers, n_layer, num_layers
 hidden                 hidden_size, n_embd, d_model
 heads                  num_attention_heads, n_head
-kv heads               num_key_value_heads (default: heads)
-head_dim               head_dim (default: hidden // heads)
+kv heads               num_key_value_heads (absent: transformers' default for the architecture, see
+                       ``KV_HEADS_DEFAULT``; null: heads); GPT-2, GPT-NeoX and OPT have none (= heads)
+head_dim               head_dim (absent or null: ``HEAD_DIM_DEFAULT``, else hidden // heads); GPT-2,
+                       GPT-NeoX and OPT always use hidden // heads
 intermediate           intermediate_size, ffn_dim, n_inner (default 4*hidden for gpt2)
 vocab                  vocab_size
 rotary base            rope_theta, rope_parameters.rope_theta, rope_scaling (v4 and v5 layouts)
 activation             hidden_activation, hidden_act, activation_function
 tied embeddings        tie_word_embeddings (per-architecture default as transformers has it)
+experts                num_local_experts, num_experts_per_tok (Mixtral; transformers' defaults 8, 2)
 dropout                :data:`DROPOUT_FIELDS` (per architecture, with the config class's default)
 =====================  ==========================================================================
+
+The reader is the boundary every engine crosses (:func:`validate_config`; ``trace`` and ``measure`` build
+the transformers config from the same dict only after it): sizes must be positive integers within
+``SIZE_LIMITS``, key/value heads must divide the heads, the heads must divide the hidden size where
+transformers requires it (``HEADS_DIVIDE_HIDDEN``), and a token may not pick more experts than there are.
+:func:`read_config_file` reads a ``config.json`` of at most ``MAX_CONFIG_BYTES``.
 """
 
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -62,6 +72,38 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "opt": ("q_proj", "v_proj"),
     "mixtral": ("q_proj", "v_proj"),
 }
+
+# What transformers 5.24 uses when a config leaves the key out (the config classes' field defaults in
+# transformers/models/<type>/configuration_<type>.py; an explicit null means "= heads" where the class's
+# __post_init__ says so). llama and phi3 default to the number of heads.
+KV_HEADS_DEFAULT: dict[str, int] = {"mistral": 8, "mixtral": 8, "qwen2": 32, "qwen3": 32, "gemma": 16, "gemma2": 4}
+HEAD_DIM_DEFAULT: dict[str, int] = {"qwen3": 128, "gemma": 256, "gemma2": 256}
+MIXTRAL_EXPERTS_DEFAULT = (8, 2)  # MixtralConfig num_local_experts, num_experts_per_tok
+
+# Architectures whose transformers code requires hidden % heads == 0 even with an explicit head_dim
+# (LlamaConfig / Gemma2Config / GPTNeoXConfig.validate_architecture; GPT2Attention and OPTAttention raise in
+# __init__). The others project to heads * head_dim and back, whatever the hidden size.
+HEADS_DIVIDE_HIDDEN = frozenset({"llama", "gemma2", "gpt2", "gpt_neox", "opt"})
+
+# Upper bounds on a config's sizes. The largest published models stay far below them (Llama-3.1-405B:
+# 126 layers, hidden 16,384, intermediate 53,248, 128 heads, head_dim 128; Gemma 2: vocabulary 256,000;
+# Llama 4 Scout: 10,485,760 positions), so a value above one is a typo, and refusing it keeps every
+# tensor's element count far inside int64 for trace and measure.
+SIZE_LIMITS: dict[str, int] = {
+    "layers": 1_024,
+    "hidden size": 131_072,
+    "attention heads": 16_384,
+    "key/value heads": 16_384,
+    "head dimension": 8_192,
+    "intermediate size": 1_048_576,
+    "vocabulary": 4_194_304,
+    "positions": 67_108_864,
+    "experts": 4_096,
+    "experts per token": 4_096,
+}
+
+MAX_CONFIG_BYTES = 16 * 1024**2  # 16 MiB (16,777,216 B): real config.json files are a few kB
+_MAX_TEXT_CONFIG_DEPTH = 4  # multimodal configs nest the language model's config once (text_config)
 
 
 # The dropout probabilities each architecture trains with, as transformers 5.24's modeling code applies them
@@ -287,25 +329,154 @@ class ModelShape:
     # ---- constructors --------------------------------------------------------------------
     @classmethod
     def from_hf_config(cls, config: dict[str, Any], *, name: str | None = None) -> ModelShape:
-        """Read a Hugging Face config dict (the content of ``config.json``)."""
+        """Read a Hugging Face config dict (the content of ``config.json``); a MemfitError if it is invalid."""
         return _parse_config(config, name=name)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ModelShape:
-        """Read ``config.json`` from a file, or from a directory that holds one."""
-        p = Path(path)
+        """Read ``config.json`` from a file, or from a directory that holds one (:func:`read_config_file`)."""
+        config, p = read_config_file(path)
+        return _parse_config(config, name=p.parent.name if p.name == "config.json" else p.stem)
+
+
+# ---- the boundary: reading and validating a config --------------------------------------------------
+
+def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
+    """The JSON object in ``path`` (a ``config.json``, or a directory holding one) and the file it came from.
+
+    The one reader of config files for every engine. It refuses, with one MemfitError naming the fix: a
+    missing file, a symlink loop, a directory where the file should be, a file over ``MAX_CONFIG_BYTES``
+    (checked on the size before reading, and never reading more than the limit plus one byte, so a 2 GB
+    file costs nothing), text that is not UTF-8 JSON, JSON nested too deeply for Python's parser, and JSON
+    that is not an object.
+    """
+    p = Path(path)
+    try:
         if p.is_dir():
             p = p / "config.json"
-        if not p.exists():
-            raise MemfitError(f"no config.json at {p}: pass a catalogue name (see `memfit models`), "
-                              "a config.json path or a directory holding one")
+        info = p.stat()
+    except FileNotFoundError:
+        raise MemfitError(f"no config.json at {p}: pass a catalogue name (see `memfit models`), "
+                          "a config.json path or a directory holding one") from None
+    except OSError as exc:  # a symlink loop, a path through a file, no permission
+        raise MemfitError(f"cannot read {p} ({exc.strerror or exc}): pass a config.json file or a "
+                          "directory holding one") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise MemfitError(f"{p} is a directory, not a config file: pass a config.json file or a directory "
+                          "holding one")
+    too_big = (f"{p} is over {MAX_CONFIG_BYTES:,} B (16 MiB), memfit's limit for a config.json (real ones are "
+               "a few kB): pass the model's config.json, not its weights or a data file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise MemfitError(too_big)
+    try:
+        with p.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # a pipe or /proc file reports size 0: cap the read itself
+    except OSError as exc:
+        raise MemfitError(f"cannot read {p} ({exc.strerror or exc}): pass a readable config.json") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise MemfitError(too_big)
+    try:
+        config = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, or an integer of over 4,300 digits
+        raise MemfitError(f"{p} is not valid JSON ({exc}): fix the file or pass another config") from None
+    except RecursionError:
+        raise MemfitError(f"{p} nests its JSON deeper than Python's parser allows; a Hugging Face config is "
+                          "a flat object: pass the model's config.json") from None
+    if not isinstance(config, dict):
+        raise MemfitError(f"{p} must hold a JSON object (a Hugging Face config), not {type(config).__name__}")
+    return config, p
+
+
+def validate_config(config: dict[str, Any]) -> None:
+    """Check a config dict before any engine uses it; a MemfitError naming the field and the fix.
+
+    Architectures the estimate models are checked by reading their :class:`ModelShape` (every rule of the
+    module docstring). Others (``memfit trace`` runs any transformers architecture), and configs that leave
+    out a key the estimate needs but transformers defaults (an OPT config without ``ffn_dim``), get the same
+    checks on the keys they have: each size a positive integer within ``SIZE_LIMITS``, key/value heads
+    dividing the heads, experts per token at most the experts.
+    """
+    cfg = _language_config(config)
+    model_type = cfg.get("model_type")
+    if model_type in SUPPORTED_MODEL_TYPES:
         try:
-            config = json.loads(p.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise MemfitError(f"{p} is not valid JSON ({exc}): fix the file or pass another config") from exc
-        if not isinstance(config, dict):
-            raise MemfitError(f"{p} must hold a JSON object (a Hugging Face config), not {type(config).__name__}")
-        return _parse_config(config, name=p.parent.name if p.name == "config.json" else p.stem)
+            _parse_config(config, name=None)
+            return
+        except _MissingKey:  # the estimate needs it; transformers has a default: check the keys present
+            pass
+    ints = {fact: _optional_int(cfg, fact, *keys) for fact, keys in _GENERIC_KEYS.items()}
+    heads, kv = ints["attention heads"], ints["key/value heads"]
+    if heads and kv:
+        _check_kv_heads(heads, kv, heads_key=_key(cfg, *_GENERIC_KEYS["attention heads"]))
+    if ints["experts"] and ints["experts per token"]:
+        _check_experts(ints["experts"], ints["experts per token"], experts_key=_key(cfg, *_GENERIC_KEYS["experts"]),
+                       per_token_key=_key(cfg, *_GENERIC_KEYS["experts per token"]))
+
+
+# the keys of each size, as architectures name them (first present wins), for validate_config's generic path
+_GENERIC_KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden size": ("hidden_size", "n_embd", "d_model"),
+    "attention heads": ("num_attention_heads", "n_head"),
+    "key/value heads": ("num_key_value_heads",),
+    "head dimension": ("head_dim",),
+    "intermediate size": ("intermediate_size", "ffn_dim", "n_inner"),
+    "vocabulary": ("vocab_size",),
+    "positions": ("max_position_embeddings", "n_positions"),
+    "experts": ("num_local_experts", "num_experts"),
+    "experts per token": ("num_experts_per_tok",),
+}
+
+
+def _key(cfg: dict[str, Any], *keys: str) -> str:
+    """The first of ``keys`` present (not null) in ``cfg``, else the first one."""
+    return next((k for k in keys if cfg.get(k) is not None), keys[0])
+
+
+def _check_int(fact: str, key: str, value: Any) -> int:
+    """``value`` as a positive integer within ``SIZE_LIMITS[fact]``, else a MemfitError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise MemfitError(f"config field {key} must be a positive integer, got {value!r}: fix it in "
+                          "config.json (the model's card on the Hub has the real value)")
+    limit = SIZE_LIMITS[fact]
+    if value > limit:
+        raise MemfitError(f"config field {key} is {value:,}: memfit accepts {fact} up to {limit:,} (real models "
+                          "stay far below it); fix it in config.json")
+    return value
+
+
+def _optional_int(cfg: dict[str, Any], fact: str, *keys: str) -> int | None:
+    key = _key(cfg, *keys)
+    value = cfg.get(key)
+    return None if value is None else _check_int(fact, key, value)
+
+
+def _divisors(n: int) -> str:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return ", ".join(str(d) for d in sorted(set(small + [n // d for d in small])))
+
+
+def _check_kv_heads(heads: int, kv: int, *, heads_key: str) -> None:
+    if heads % kv:
+        more = f"more key/value heads than the {heads} heads; " if kv > heads else ""
+        raise MemfitError(f"num_key_value_heads {kv} does not divide {heads_key} {heads} ({more}grouped-query "
+                          f"attention shares each key/value head among {heads_key} / num_key_value_heads query "
+                          f"heads): set num_key_value_heads to one of {_divisors(heads)}")
+
+
+def _check_experts(experts: int, per_token: int, *, experts_key: str, per_token_key: str) -> None:
+    if per_token > experts:
+        raise MemfitError(f"{per_token_key} {per_token} is more than the {experts} experts ({experts_key}): each "
+                          f"token picks {per_token_key} of them; set it to at most {experts}")
+
+
+def _language_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config of the language model: ``cfg`` itself, or its ``text_config`` (multimodal configs)."""
+    for _ in range(_MAX_TEXT_CONFIG_DEPTH):
+        if cfg.get("model_type") or not isinstance(cfg.get("text_config"), dict):
+            break
+        cfg = cfg["text_config"]
+    return cfg
 
 
 # ---- the reader ------------------------------------------------------------------------------
@@ -317,37 +488,59 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+class _MissingKey(MemfitError):
+    """A size the estimate needs is absent from the config (transformers may still have a default for it)."""
+
+
 class _Reader:
     def __init__(self, cfg: dict[str, Any], model_type: str):
         self.cfg = cfg
         self.model_type = model_type
 
-    def need(self, *keys: str, kind: type = int) -> Any:
+    def need(self, fact: str, *keys: str) -> int:
+        """A required size: a positive integer within ``SIZE_LIMITS[fact]``."""
         value = _first(self.cfg, *keys)
         if value is None:
-            raise MemfitError(
+            raise _MissingKey(
                 f"the {self.model_type} config lacks {' / '.join(keys)}: add it to config.json "
                 "(copy it from the model's card on the Hub)"
             )
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise MemfitError(f"config field {keys[0]} must be a positive integer, got {value!r}")
-        return value
+        return _check_int(fact, _key(self.cfg, *keys), value)
+
+    def size(self, fact: str, *keys: str, default: int) -> int:
+        """An optional size: ``default`` when absent or null, else checked as :meth:`need` does."""
+        value = _first(self.cfg, *keys)
+        return default if value is None else _check_int(fact, _key(self.cfg, *keys), value)
+
+    def real(self, *keys: str, default: float) -> float:
+        """An optional number (``rms_norm_eps``, ``rotary_pct`` ...): ``default`` when absent or null."""
+        value = self.real_or_none(*keys)
+        return default if value is None else value
+
+    def real_or_none(self, *keys: str) -> float | None:
+        value = _first(self.cfg, *keys)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MemfitError(f"config field {_key(self.cfg, *keys)} must be a number, got {value!r}: fix it in "
+                              "config.json")
+        return float(value)
 
     def get(self, *keys: str, default: Any = None) -> Any:
         return _first(self.cfg, *keys, default=default)
 
 
-def _rope_theta(cfg: dict[str, Any]) -> float | None:
-    if "rope_theta" in cfg and cfg["rope_theta"] is not None:
-        return float(cfg["rope_theta"])
+def _rope_theta(cfg: dict[str, Any], model_type: str) -> float | None:
+    if cfg.get("rope_theta") is not None:
+        return _Reader(cfg, model_type).real_or_none("rope_theta")
     params = cfg.get("rope_parameters")
     if isinstance(params, dict):
         if "rope_theta" in params:
-            return float(params["rope_theta"])
+            return _Reader(params, model_type).real_or_none("rope_theta")
         # per-layer-type layouts (e.g. {"full_attention": {...}, "sliding_attention": {...}})
         for sub in params.values():
             if isinstance(sub, dict) and "rope_theta" in sub:
-                return float(sub["rope_theta"])
+                return _Reader(sub, model_type).real_or_none("rope_theta")
     return None
 
 
@@ -362,11 +555,10 @@ def _dropout(cfg: dict[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
-def _parse_config(cfg: dict[str, Any], *, name: str | None) -> ModelShape:
+def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
+    cfg = _language_config(config)
     model_type = cfg.get("model_type")
     if not model_type:
-        if isinstance(cfg.get("text_config"), dict):
-            return _parse_config(cfg["text_config"], name=name)
         raise MemfitError("config has no model_type: it must be a Hugging Face config.json "
                           f"(supported model_type: {', '.join(SUPPORTED_MODEL_TYPES)})")
     model_type = str(model_type)
@@ -380,14 +572,28 @@ def _parse_config(cfg: dict[str, Any], *, name: str | None) -> ModelShape:
                           f"{', '.join(SUPPORTED_MODEL_TYPES)} (for other architectures, `memfit trace` "
                           "runs the real model code)")
     r = _Reader(cfg, model_type)
-    n_layers = r.need("num_hidden_layers", "n_layer", "num_layers")
-    hidden = r.need("hidden_size", "n_embd", "d_model")
-    n_heads = r.need("num_attention_heads", "n_head")
-    if hidden % n_heads and model_type in ("gpt2", "gpt_neox", "opt"):
-        raise MemfitError(f"hidden size {hidden} is not divisible by {n_heads} heads")
-    n_kv = r.get("num_key_value_heads", default=n_heads)
-    head_dim = r.get("head_dim") or hidden // n_heads
-    vocab = r.need("vocab_size")
+    n_layers = r.need("layers", "num_hidden_layers", "n_layer", "num_layers")
+    hidden = r.need("hidden size", "hidden_size", "n_embd", "d_model")
+    n_heads = r.need("attention heads", "num_attention_heads", "n_head")
+    heads_key = _key(cfg, "num_attention_heads", "n_head")
+    if hidden % n_heads and model_type in HEADS_DIVIDE_HIDDEN:
+        hidden_key = _key(cfg, "hidden_size", "n_embd", "d_model")
+        raise MemfitError(f"{hidden_key} {hidden} is not divisible by {heads_key} {n_heads}: transformers' "
+                          f"{model_type} splits the hidden size evenly across the heads; set {heads_key} to a "
+                          f"divisor of {hidden} ({_divisors(hidden)})")
+    if model_type in ("gpt2", "gpt_neox", "opt"):  # multi-head attention; transformers ignores both keys
+        n_kv, head_dim = n_heads, hidden // n_heads
+    else:
+        if "num_key_value_heads" in cfg:  # null: = heads, as the config classes' __post_init__ do
+            n_kv = r.size("key/value heads", "num_key_value_heads", default=n_heads)
+        else:
+            n_kv = KV_HEADS_DEFAULT.get(model_type, n_heads)
+        head_dim = r.size("head dimension", "head_dim", default=HEAD_DIM_DEFAULT.get(model_type, hidden // n_heads))
+        if head_dim < 1:
+            raise MemfitError(f"{heads_key} {n_heads} is more than the hidden size {hidden}: every head needs at "
+                              "least one dimension; fix it in config.json (or give head_dim)")
+    _check_kv_heads(n_heads, n_kv, heads_key=heads_key)
+    vocab = r.need("vocabulary", "vocab_size")
     act = str(r.get("hidden_activation", "hidden_act", "activation_function", default="silu"))
     dtype = r.get("dtype", "torch_dtype")
     dropout = {field: _dropout(cfg, key, default) for field, (key, default) in DROPOUT_FIELDS[model_type].items()}
@@ -398,43 +604,43 @@ def _parse_config(cfg: dict[str, Any], *, name: str | None) -> ModelShape:
         "n_layers": n_layers,
         "hidden": hidden,
         "n_heads": n_heads,
-        "n_kv_heads": int(n_kv),
-        "head_dim": int(head_dim),
+        "n_kv_heads": n_kv,
+        "head_dim": head_dim,
         "vocab": vocab,
         "activation": act,
-        "rope_theta": _rope_theta(cfg),
+        "rope_theta": _rope_theta(cfg, model_type),
         "config_dtype": str(dtype) if dtype is not None else None,
     }
     if model_type == "gpt2":
-        n_inner = r.get("n_inner")
         return ModelShape(
             **common,
-            intermediate=int(n_inner) if n_inner else 4 * hidden,
+            intermediate=r.size("intermediate size", "n_inner", default=4 * hidden),
             tie_embeddings=bool(r.get("tie_word_embeddings", default=True)),
-            norm="layernorm", norm_bias=True, norm_eps=float(r.get("layer_norm_epsilon", default=1e-5)),
-            mlp="plain", position="learned", max_positions=r.need("n_positions", "max_position_embeddings"),
+            norm="layernorm", norm_bias=True, norm_eps=r.real("layer_norm_epsilon", default=1e-5),
+            mlp="plain", position="learned",
+            max_positions=r.need("positions", "n_positions", "max_position_embeddings"),
             qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True,
         )
     if model_type == "gpt_neox":
         return ModelShape(
             **common,
-            intermediate=r.need("intermediate_size"),
+            intermediate=r.need("intermediate size", "intermediate_size"),
             tie_embeddings=bool(r.get("tie_word_embeddings", default=False)),
-            norm="layernorm", norm_bias=True, norm_eps=float(r.get("layer_norm_eps", default=1e-5)),
-            mlp="plain", position="rotary", max_positions=int(r.get("max_position_embeddings", default=2048)),
-            rotary_fraction=float(r.get("rotary_pct", "partial_rotary_factor", default=0.25)),
+            norm="layernorm", norm_bias=True, norm_eps=r.real("layer_norm_eps", default=1e-5),
+            mlp="plain", position="rotary", max_positions=r.size("positions", "max_position_embeddings", default=2048),
+            rotary_fraction=r.real("rotary_pct", "partial_rotary_factor", default=0.25),
             qkv_bias=bool(r.get("attention_bias", default=True)), o_bias=bool(r.get("attention_bias", default=True)),
             mlp_bias=True, fused_qkv=True, parallel_residual=bool(r.get("use_parallel_residual", default=True)),
         )
     if model_type == "opt":
-        proj = int(r.get("word_embed_proj_dim", default=hidden))
+        proj = r.size("hidden size", "word_embed_proj_dim", default=hidden)
         before = bool(r.get("do_layer_norm_before", default=True))
         return ModelShape(
             **common,
-            intermediate=r.need("ffn_dim"),
+            intermediate=r.need("intermediate size", "ffn_dim"),
             tie_embeddings=bool(r.get("tie_word_embeddings", default=True)),
             norm="layernorm", norm_bias=True, norm_eps=1e-5,
-            mlp="plain", position="learned", max_positions=r.need("max_position_embeddings"),
+            mlp="plain", position="learned", max_positions=r.need("positions", "max_position_embeddings"),
             qkv_bias=bool(r.get("enable_bias", default=True)), o_bias=bool(r.get("enable_bias", default=True)),
             mlp_bias=bool(r.get("enable_bias", default=True)),
             embed_proj_dim=proj if proj != hidden else 0,
@@ -442,26 +648,32 @@ def _parse_config(cfg: dict[str, Any], *, name: str | None) -> ModelShape:
         )
     # rotary, RMSNorm, gated-MLP families
     gemma = model_type in ("gemma", "gemma2")
-    sliding = r.get("sliding_window") if model_type in ("gemma2", "mistral", "mixtral", "qwen2", "qwen3") else None
-    if model_type in ("qwen2", "qwen3") and not r.get("use_sliding_window", default=False):
-        sliding = None
+    sliding = 0
+    if model_type in ("gemma2", "mistral", "mixtral") or (
+            model_type in ("qwen2", "qwen3") and r.get("use_sliding_window", default=False)):
+        sliding = r.size("positions", "sliding_window", default=0)
+    n_experts = per_token = 0
+    if model_type == "mixtral":
+        n_experts = r.size("experts", "num_local_experts", default=MIXTRAL_EXPERTS_DEFAULT[0])
+        per_token = r.size("experts per token", "num_experts_per_tok", default=MIXTRAL_EXPERTS_DEFAULT[1])
+        _check_experts(n_experts, per_token, experts_key="num_local_experts", per_token_key="num_experts_per_tok")
     return ModelShape(
         **common,
-        intermediate=r.need("intermediate_size"),
+        intermediate=r.need("intermediate size", "intermediate_size"),
         tie_embeddings=bool(r.get("tie_word_embeddings", default=gemma)),
-        norm="rmsnorm", norm_bias=False, norm_eps=float(r.get("rms_norm_eps", default=1e-6)),
-        mlp="gated", position="rotary", max_positions=int(r.get("max_position_embeddings", default=4096)),
-        rotary_fraction=float(r.get("partial_rotary_factor", default=1.0)),
+        norm="rmsnorm", norm_bias=False, norm_eps=r.real("rms_norm_eps", default=1e-6),
+        mlp="gated", position="rotary", max_positions=r.size("positions", "max_position_embeddings", default=4096),
+        rotary_fraction=r.real("partial_rotary_factor", default=1.0),
         # Qwen2 hard-codes bias on q/k/v and none on o_proj; the others follow attention_bias.
         qkv_bias=model_type == "qwen2" or bool(r.get("attention_bias", default=False)),
         o_bias=model_type != "qwen2" and bool(r.get("attention_bias", default=False)),
         mlp_bias=bool(r.get("mlp_bias", default=False)),
         qk_norm=model_type == "qwen3",
-        attn_softcap=r.get("attn_logit_softcapping") if model_type == "gemma2" else None,
-        final_softcap=r.get("final_logit_softcapping") if model_type == "gemma2" else None,
-        sliding_window=int(sliding) if sliding else None,
-        n_experts=int(r.get("num_local_experts", default=0)) if model_type == "mixtral" else 0,
-        experts_per_token=int(r.get("num_experts_per_tok", default=0)) if model_type == "mixtral" else 0,
+        attn_softcap=r.real_or_none("attn_logit_softcapping") if model_type == "gemma2" else None,
+        final_softcap=r.real_or_none("final_logit_softcapping") if model_type == "gemma2" else None,
+        sliding_window=sliding or None,
+        n_experts=n_experts,
+        experts_per_token=per_token,
         fused_qkv=model_type == "phi3",
         fused_gate_up=model_type == "phi3",
         sandwich_norms=model_type == "gemma2",

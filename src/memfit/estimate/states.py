@@ -14,12 +14,33 @@ QLoRA base linear, NF4                      0.5 + 4/64 (fp32 absmax per 64-block
 adamw-8bit (bitsandbytes)                   2 x 1 byte + 2 x 4 B absmax per 256-block (tensors of
                                             >= 4096 elements; smaller ones keep 32-bit states)
 sgd / sgd-momentum                          0 / 1 x the parameter's dtype
-adafactor (torch.optim.Adafactor)           factored second moment: rows + cols per matrix, in the
-                                            parameter's dtype; no first moment
+adafactor                                   fp32 row + column second moments per >= 2-D tensor, a
+                                            full fp32 second moment per 1-D tensor (see below)
 ==========================================  =====================================================
 
 AdamW also keeps one ``step`` tensor per parameter tensor: fp32 0-dim, on the CPU unless
 ``capturable``/``fused`` (so it counts only for ``--device cpu``).
+
+Adafactor is ``transformers.optimization.Adafactor`` (transformers 5.24), the one the HF Trainer builds for
+``optim="adafactor"`` (``trainer_optimizer._get_adafactor``: ``scale_parameter=False, relative_step=False``,
+``beta1=None``) and the one ``memfit measure`` and ``memfit trace`` run. It has no foreach path: CPU and CUDA
+run the same per-tensor loop. Per trainable tensor of n elements:
+
+- state: for a tensor of >= 2 dimensions, ``exp_avg_sq_row`` of shape[:-1] and ``exp_avg_sq_col`` of
+  shape[:-2] + shape[-1:], so rows + cols elements (a (out, in) weight: out + in; Mixtral's fused experts
+  (E, a, b): E*a + E*b); for a 1-D tensor, ``exp_avg_sq`` of n elements. Both fp32 whatever the parameter's
+  dtype (created ``.to(grad)`` from the fp32-upcast gradient). Plus ``RMS``, a 0-dim fp32 tensor on the
+  parameter's device (4 B); ``step`` is a Python int. No first moment (``beta1=None``).
+- step temporaries, alive while that tensor is updated: for a bf16/fp16 parameter, fp32 copies of the
+  gradient and of the parameter (4n + 4n); then ``update`` (4n) and the next ``update`` (4n) with, for a
+  factored tensor, the row and column factors (4 * (rows + cols)) alive at ``torch.mul(r_factor, c_factor)``.
+  The step's peak is at the tensor for which that is largest (the embedding, in practice).
+
+Worked for Llama-3.2-1B, bf16, full fine-tune: the tied embedding (128,256 x 2,048, n = 262,668,288) keeps
+4 * (128,256 + 2,048) + 4 = 521,220 B of state, and its update allocates 16 * n + 4 * 130,304 =
+4,203,213,824 B, against 2 * 2 * n = 1,050,673,152 B for two copies of the bf16 tensor (memfit's figure
+before it modelled this). ``torch.optim.Adafactor`` (torch >= 2.5) keeps other state (a ``step`` tensor,
+row/col variances in the parameter's dtype) and has a foreach path; memfit does not model it.
 """
 
 from __future__ import annotations
@@ -27,9 +48,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from memfit.estimate.lora import adapted_linears, block_linears, lora_linear_params, lora_rank, modules_to_save_params
+from memfit.estimate.lora import adapted_linears, block_linears, lora_linear_params, lora_rank, saved_modules
 from memfit.estimate.params import ParamCount, count_params
-from memfit.estimate.shape import ModelShape
+from memfit.estimate.shape import Linear, ModelShape
 from memfit.estimate.spec import RunSpec
 
 FP32 = 4
@@ -50,6 +71,7 @@ class ModelStates:
     trainable_params: int
     frozen_params: int
     largest_tensor: int  # bytes of the largest trainable tensor (the CPU optimizer loop's temporaries)
+    adafactor_step: int  # bytes Adafactor's update of its costliest tensor allocates (adafactor_step_bytes)
     n_tensors: int  # number of trainable tensors
     grads_per_layer: int  # gradient bytes of one block's trainable tensors
     grads_head: int  # lm_head (or its modules_to_save copy) gradient bytes
@@ -89,11 +111,15 @@ def nf4_bytes(numel: int, double_quant: bool) -> int:
     return numel // 2 + FP32 * blocks
 
 
-def optimizer_bytes(tensor_numels: list[tuple[int, int]], spec: RunSpec) -> int:
-    """Optimizer state bytes for trainable tensors given as (elements, bytes per element)."""
+def optimizer_bytes(tensors: list[tuple[int, int, int]], spec: RunSpec) -> int:
+    """Optimizer state bytes for trainable tensors given as (elements, bytes per element, rows + cols).
+
+    ``rows + cols`` is 0 for a 1-D tensor; for a tensor of >= 2 dimensions it is prod(shape[:-1]) +
+    prod(shape[:-2]) * shape[-1] (Adafactor's factored second moment, see the module docstring).
+    """
     total = 0
     step = FP32 if spec.device == "cpu" else 0
-    for numel, bpe in tensor_numels:
+    for numel, bpe, factored in tensors:
         if spec.optimizer == "adamw":
             total += 2 * numel * bpe + step
         elif spec.optimizer == "adamw-8bit":
@@ -105,56 +131,78 @@ def optimizer_bytes(tensor_numels: list[tuple[int, int]], spec: RunSpec) -> int:
             total += 0
         elif spec.optimizer == "sgd-momentum":
             total += numel * bpe
-        else:  # adafactor: vectors keep a full second moment; matrices rows + cols (approximated square)
-            side = int(numel ** 0.5)
-            total += (2 * side if side * side == numel and numel > 1 else numel) * bpe + step
+        else:  # adafactor: fp32 rows + cols per matrix, a full fp32 second moment per vector, a 0-dim fp32 RMS
+            total += FP32 * (factored or numel) + FP32
     return total
+
+
+def adafactor_step_bytes(numel: int, bpe: int, factored: int) -> int:
+    """What transformers' Adafactor allocates while it updates one tensor (module docstring): fp32 copies of a
+    16-bit gradient and parameter, two ``update`` tensors and, for a matrix, its row and column factors."""
+    upcast = 2 * FP32 * numel if bpe < FP32 else 0
+    return upcast + 2 * FP32 * numel + FP32 * factored
+
+
+def _linear_tensors(lin: Linear, w: int) -> list[tuple[int, int, int]]:
+    """A block linear's weight (out, in) or fused experts (E, out, in), and its bias."""
+    out = [(lin.weight_numel, w, lin.experts * (lin.in_features + lin.out_features))]
+    if lin.bias:
+        out.append((lin.out_features * lin.experts, w, lin.experts + lin.out_features if lin.experts > 1 else 0))
+    return out
 
 
 def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     """Weights, gradients and optimizer states of the run; see the module docstring."""
     pc = _count(shape)
     w = spec.weight_bytes
-    per_layer_tensors: list[tuple[int, int]] = []  # (numel, bytes per element) of each trainable tensor
+    # (elements, bytes per element, rows + cols or 0 for a vector) of each trainable tensor of one block
+    per_layer_tensors: list[tuple[int, int, int]] = []
     if spec.method == "full":
         for lin in block_linears(shape):
-            per_layer_tensors.append((lin.weight_numel, w))
-            if lin.bias:
-                per_layer_tensors.append((lin.out_features * lin.experts, w))
+            per_layer_tensors += _linear_tensors(lin, w)
         for norm in shape.norms():
-            per_layer_tensors.append((norm.size, w))
+            per_layer_tensors.append((norm.size, w, 0))
             if norm.bias:
-                per_layer_tensors.append((norm.size, w))
-        embed = [(shape.vocab * shape.embed_dim, w)]
+                per_layer_tensors.append((norm.size, w, 0))
+        embed = [(shape.vocab * shape.embed_dim, w, shape.vocab + shape.embed_dim)]
         if shape.position == "learned":
-            embed.append((pc.embeddings - shape.vocab * shape.embed_dim, w))
-        head = [] if shape.tie_embeddings else [(pc.lm_head, w)]
-        other = [(pc.final_norm, w)] if pc.final_norm else []
-        if pc.other:
-            other.append((pc.other, w))
+            positions = pc.embeddings - shape.vocab * shape.embed_dim
+            embed.append((positions, w, positions // shape.hidden + shape.hidden))
+        head = [] if shape.tie_embeddings else [(pc.lm_head, w, shape.vocab + shape.embed_dim)]
+        other: list[tuple[int, int, int]] = []
+        if pc.final_norm:  # weight, and bias for LayerNorm
+            other += [(shape.hidden, w, 0)] * (pc.final_norm // shape.hidden)
+        if pc.other:  # OPT's project_in (h, proj) and project_out (proj, h)
+            other += [(pc.other // 2, w, shape.hidden + shape.embed_proj_dim)] * 2
         rest = embed + head + other
         trainable = pc.total
+        tensors = per_layer_tensors + rest
         return ModelStates(
             weights_frozen=0, weights_trainable=trainable * w, gradients=trainable * w,
             optimizer=optimizer_bytes(per_layer_tensors, spec) * shape.n_layers + optimizer_bytes(rest, spec),
             trainable_params=trainable, frozen_params=0,
-            largest_tensor=max(n * b for n, b in per_layer_tensors + rest),
+            largest_tensor=max(n * b for n, b, _ in tensors),
+            adafactor_step=max(adafactor_step_bytes(*t) for t in tensors),
             n_tensors=len(per_layer_tensors) * shape.n_layers + len(rest),
-            grads_per_layer=sum(n * b for n, b in per_layer_tensors),
-            grads_head=sum(n * b for n, b in head), grads_embed=sum(n * b for n, b in embed),
-            grads_other=sum(n * b for n, b in other),
+            grads_per_layer=sum(n * b for n, b, _ in per_layer_tensors),
+            grads_head=sum(n * b for n, b, _ in head), grads_embed=sum(n * b for n, b, _ in embed),
+            grads_other=sum(n * b for n, b, _ in other),
         )
     # LoRA / QLoRA: the base is frozen, adapters (and modules_to_save copies) train
     for lin in adapted_linears(shape, spec):
         r = lora_rank(lin, spec.rank)
-        per_layer_tensors += [(r * lin.in_features, FP32), (r * lin.out_features, FP32)]
+        # lora_A (r', in) and lora_B (out, r')
+        per_layer_tensors += [(r * lin.in_features, FP32, r + lin.in_features),
+                              (r * lin.out_features, FP32, lin.out_features + r)]
         assert lora_linear_params(lin, spec.rank) == r * (lin.in_features + lin.out_features)
-    lora_params = sum(n for n, _ in per_layer_tensors) * shape.n_layers
-    mts = modules_to_save_params(shape, spec)
+    lora_params = sum(n for n, _, _ in per_layer_tensors) * shape.n_layers
+    saved = saved_modules(shape, spec)
+    mts = sum(m.numel for m in saved)
     mts_b = FP32 if spec.method == "qlora" else w
-    head_t = [(shape.vocab * shape.embed_dim, mts_b)] if "lm_head" in spec.modules_to_save else []
-    emb_t = [(shape.vocab * shape.embed_dim, mts_b)] if "embed_tokens" in spec.modules_to_save else []
+    head_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "head"]
+    emb_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "embed"]
     rest = head_t + emb_t
+    tensors = per_layer_tensors + rest
     trainable_bytes = lora_params * FP32 + mts * mts_b
     if spec.method == "qlora":
         lin_numel = sum(lin.weight_numel for lin in block_linears(shape)) * shape.n_layers
@@ -165,10 +213,11 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         weights_frozen=frozen, weights_trainable=trainable_bytes, gradients=trainable_bytes,
         optimizer=optimizer_bytes(per_layer_tensors, spec) * shape.n_layers + optimizer_bytes(rest, spec),
         trainable_params=lora_params + mts, frozen_params=pc.total,
-        largest_tensor=max((n * b for n, b in per_layer_tensors + rest), default=0),
+        largest_tensor=max((n * b for n, b, _ in tensors), default=0),
+        adafactor_step=max((adafactor_step_bytes(*t) for t in tensors), default=0),
         n_tensors=len(per_layer_tensors) * shape.n_layers + len(rest),
-        grads_per_layer=sum(n * b for n, b in per_layer_tensors),
-        grads_head=sum(n * b for n, b in head_t), grads_embed=sum(n * b for n, b in emb_t), grads_other=0,
+        grads_per_layer=sum(n * b for n, b, _ in per_layer_tensors),
+        grads_head=sum(n * b for n, b, _ in head_t), grads_embed=sum(n * b for n, b, _ in emb_t), grads_other=0,
     )
 
 
@@ -179,10 +228,13 @@ def optimizer_temporaries(states: ModelStates, spec: RunSpec) -> int:
     computes ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` one tensor at a time: two
     temporaries the size of the largest trainable tensor. ``_foreach_sqrt(exp_avg_sqs)`` makes one
     temporary per tensor at once: the size of all trainable tensors. 8-bit AdamW runs a fused kernel (none);
-    SGD with momentum none; Adafactor about two of the largest tensor.
+    SGD with momentum none; transformers' Adafactor, on either device, what its update of the costliest
+    tensor allocates (:func:`adafactor_step_bytes`).
     """
-    if spec.optimizer in ("adamw", "adafactor"):
-        if spec.device == "cuda" and spec.optimizer == "adamw":
+    if spec.optimizer == "adafactor":
+        return states.adafactor_step
+    if spec.optimizer == "adamw":
+        if spec.device == "cuda":
             return states.weights_trainable
         return 2 * states.largest_tensor
     return 0

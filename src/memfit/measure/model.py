@@ -64,9 +64,18 @@ def autocast_dtype(spec: RunSpec) -> torch.dtype | None:
 
 
 def hf_config(config: dict[str, Any]) -> Any:
-    """A transformers ``PretrainedConfig`` from a config dict (``model_type`` names the architecture)."""
+    """A transformers ``PretrainedConfig`` from a config dict (``model_type`` names the architecture).
+
+    The dict passes the estimate's boundary first (:func:`memfit.estimate.shape.validate_config`: the same
+    checks and messages as ``memfit estimate``); what transformers' own validation still refuses (a field
+    the estimate does not read, of the wrong type) becomes a MemfitError with transformers' reason.
+    """
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
+    from memfit.estimate.shape import validate_config
+
+    validate_config(config)
     cfg = dict(config)
     model_type = cfg.pop("model_type", None)
     if not model_type:
@@ -78,9 +87,10 @@ def hf_config(config: dict[str, Any]) -> Any:
         cfg.pop("dtype", None)
     try:
         return AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError) as exc:
-        raise MemfitError(f"transformers cannot build a {model_type!r} config ({exc}); "
-                          "pass a config of a supported architecture (see `memfit models`)") from exc
+    except (ValueError, KeyError, TypeError, StrictDataclassError, RecursionError) as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise MemfitError(f"transformers cannot build a {model_type!r} config ({reason}); fix config.json, "
+                          "or pass a config of a supported architecture (see `memfit models`)") from exc
 
 
 def check_spec(spec: RunSpec, device: str) -> None:
@@ -254,9 +264,25 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
     )
 
 
+def _check_modules_to_save(model: torch.nn.Module, spec: RunSpec) -> None:
+    """PEFT 0.21.2 trains a copy of every module whose name ends with a ``modules_to_save`` entry and silently
+    none when nothing matches: a name that matches no module of the real model is an error here, with the
+    estimate's message (:func:`memfit.estimate.lora.unknown_modules_message`), for any architecture."""
+    from memfit.estimate.lora import unknown_modules_message
+
+    keys = [k for k, _ in model.named_modules(remove_duplicate=False) if k]
+    unknown = [m for m in spec.modules_to_save if not any(k.endswith(m) for k in keys)]
+    if unknown:
+        names = {id(module): k for k, module in model.named_modules()}
+        layers = [model.get_input_embeddings(), model.get_output_embeddings()]  # type: ignore[operator]
+        examples = [names[id(m)] for m in layers if m is not None and id(m) in names]
+        raise MemfitError(unknown_modules_message(unknown, str(getattr(model.config, "model_type", "")), examples))
+
+
 def _apply_lora(model: torch.nn.Module, spec: RunSpec) -> torch.nn.Module:
     from peft import get_peft_model
 
+    _check_modules_to_save(model, spec)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

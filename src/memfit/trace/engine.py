@@ -134,8 +134,21 @@ def check_trace_spec(spec: RunSpec) -> None:
 
 
 def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
-    """MoE models outside bf16: transformers then routes tokens to experts with its eager loop, whose
-    ``nonzero`` has a data-dependent shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
+    """The config passes the estimate's boundary (:func:`memfit.estimate.shape.validate_config`, and every
+    ``--modules-to-save`` name must match a module), before any model is built. MoE models outside bf16:
+    transformers then routes tokens to experts with its eager loop, whose ``nonzero`` has a data-dependent
+    shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
+    from memfit.estimate.lora import check_modules_to_save
+    from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, ModelShape, validate_config
+
+    validate_config(config)
+    if spec.is_adapter and spec.modules_to_save and config.get("model_type") in SUPPORTED_MODEL_TYPES:
+        try:
+            shape = ModelShape.from_hf_config(config)
+        except MemfitError:  # valid, but lacks a size the estimate needs: checked on the real model instead
+            shape = None
+        if shape is not None:  # other architectures: checked on the real model (memfit.measure.model)
+            check_modules_to_save(shape, spec)
     if config.get("num_local_experts") and spec.precision != "bf16":
         raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
                           f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
