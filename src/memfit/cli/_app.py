@@ -13,3 +13,12 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
+
+
+def click_exceptions() -> tuple[type[Exception], type[BaseException], type[BaseException]]:
+    """The click exception types typer raises without standalone mode: ``(ClickException, Abort, Exit)``
+    (typer 0.29 vendors click as ``typer._click``; its Abort and Exit live in ``typer.exceptions``)."""
+    from typer import _click
+    from typer.exceptions import Abort, Exit
+
+    return _click.exceptions.ClickException, Abort, Exit
