@@ -10,7 +10,8 @@ import typer
 
 HtmlOption = Annotated[Path | None, typer.Option(
     "--html", help="also write a self-contained HTML report (charts and tables, opens from disk) to this file")]
-ForceOption = Annotated[bool, typer.Option("--force", help="replace an existing output file (--html; fit --write)")]
+ForceOption = Annotated[bool, typer.Option("--force", help="replace existing output files (--html, --plot, "
+                                                             "fit --write)")]
 
 
 def check_html(path: Path | None, force: bool) -> None:
