@@ -25,8 +25,10 @@ would otherwise be learnt from the end of another example in a row. Loss tokens,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -42,10 +44,12 @@ __all__ = [
     "OVERFLOW_CHOICES",
     "PackResult",
     "PackedRow",
+    "RowArrays",
     "Tokenized",
     "example_fields",
     "loss_tokens",
     "pack",
+    "pack_stream",
 ]
 
 
@@ -112,9 +116,13 @@ class PackResult:
     leaves without its completion, a piece of a split prompt, an example whose labels are all -100) trains
     nothing and is left out rather than packed as dead weight. ``no_loss_examples`` counts examples left with
     nothing in the rows for that reason, ``no_loss_pieces`` the split pieces left out.
+
+    ``rows`` holds the rows of :func:`pack`; :func:`pack_stream` writes them out as it builds them and leaves
+    ``rows`` empty (``n_rows`` counts them either way).
     """
 
     rows: tuple[PackedRow, ...]
+    n_rows: int
     max_len: int
     overflow: str
     examples: int
@@ -138,20 +146,16 @@ class PackResult:
     loss_tokens_out: int
 
     @property
-    def n_rows(self) -> int:
-        return len(self.rows)
-
-    @property
     def lower_bound_rows(self) -> int:
         return math.ceil(self.tokens / self.max_len)
 
     @property
     def efficiency(self) -> float:
-        return self.tokens / (self.n_rows * self.max_len) if self.rows else 0.0
+        return self.tokens / (self.n_rows * self.max_len) if self.n_rows else 0.0
 
     @property
     def bound_ratio(self) -> float:
-        return self.lower_bound_rows / self.n_rows if self.rows else 1.0
+        return self.lower_bound_rows / self.n_rows if self.n_rows else 1.0
 
     @property
     def padding_tokens(self) -> int:
@@ -160,7 +164,7 @@ class PackResult:
 
     @property
     def examples_per_row(self) -> float:
-        return self.packed_examples / self.n_rows if self.rows else 0.0
+        return self.packed_examples / self.n_rows if self.n_rows else 0.0
 
     def accounting(self) -> dict[str, dict[str, int]]:
         """Examples, tokens and loss tokens in, out, and each reason for the difference (class docstring).
@@ -239,6 +243,7 @@ def loss_tokens(labels: Sequence[int]) -> int:
     return sum(1 for t in labels[1:] if t != IGNORE_INDEX)
 
 
+
 def pack(
     examples: Sequence[Tokenized] | Sequence[Mapping[str, Sequence[int]]],
     max_len: int,
@@ -280,142 +285,364 @@ def pack(
     >>> row.input_ids, row.labels, row.position_ids, row.cu_seqlens
     ([1, 2, 3, 4, 5], [-100, 2, 3, -100, 5], [0, 1, 2, 0, 1], [0, 3, 5])
     """
-    if overflow not in OVERFLOW_CHOICES:
-        raise MemfitError(f"unknown --overflow {overflow!r}: choose one of {', '.join(OVERFLOW_CHOICES)}")
-    if max_len < 2:
-        raise MemfitError(f"--seq-len must be an integer of at least 2 tokens, got {max_len}: a causal LM learns "
-                          "each token from the ones before it, so a row of 1 token carries no loss")
+    plan = _Plan(max_len, overflow)
     fields = [example_fields(e) for e in examples]
     for i, (ids, labels) in enumerate(fields):
         if len(ids) != len(labels):
             raise MemfitError(
                 f"example {i} has {len(ids):,} input_ids but {len(labels):,} labels: they must be the same length"
             )
-    lengths = np.fromiter((len(ids) for ids, _ in fields), dtype=np.int64, count=len(fields))
-    over = np.flatnonzero(lengths > max_len)
-    if over.size and overflow == "error":
-        i = int(over[0])
-        where = f" (line {lines[i]})" if lines is not None and i < len(lines) else ""
-        raise MemfitError(
-            f"example {i}{where} has {int(lengths[i]):,} tokens, more than --seq-len {max_len:,} "
-            f"({over.size:,} example{'s are' if over.size > 1 else ' is'} longer): raise --seq-len or pass "
-            "--overflow truncate|drop|split"
-        )
-    # Pieces to pack: (example, offset, length). Each piece trains on its labels[1:].
-    item_example: list[int] = []
-    item_offset: list[int] = []
-    item_len: list[int] = []
-    truncated_examples = truncated_tokens = truncated_loss = 0
-    dropped_examples = dropped_tokens = dropped_loss = 0
-    split_examples = split_pieces = split_masked = 0
-    no_loss_examples = no_loss_pieces = no_loss_tokens = 0
-    empty = loss_in = 0
+    store = _MemoryStore(fields)
+    plan.add(store.lengths, store.labels != IGNORE_INDEX, lines=lines, complete=True)
+    order, starts = fill_rows(plan.piece_len, max_len)
+    rows = tuple(row.to_packed_row() for row in _row_arrays(store, plan, order, starts))
+    return plan.result(rows=rows, n_rows=len(rows))
 
-    def live(labels: Sequence[int], a: int, b: int) -> int:  # loss tokens of the piece labels[a:b] alone
-        return sum(1 for t in labels[a + 1 : b] if t != IGNORE_INDEX)
 
-    for i, n in enumerate(lengths.tolist()):
-        if n == 0:
-            empty += 1
-            continue
-        labels = fields[i][1]
-        whole = live(labels, 0, n)
-        loss_in += whole
-        if n <= max_len or overflow == "truncate":
-            keep = min(n, max_len)
-            kept = whole if keep == n else live(labels, 0, keep)
-            if keep < n:
-                truncated_examples += 1
-                truncated_tokens += n - keep
-                truncated_loss += whole - kept
-            if kept == 0:
-                no_loss_examples += 1
-                no_loss_tokens += keep
-                continue
-            item_example.append(i)
-            item_offset.append(0)
-            item_len.append(keep)
-        elif overflow == "drop":
-            dropped_examples += 1
-            dropped_tokens += n
-            dropped_loss += whole
-        else:  # split
-            split_examples += 1
-            placed = 0
-            for off in range(0, n, max_len):
-                end = min(n, off + max_len)
-                split_pieces += 1
-                if off and labels[off] != IGNORE_INDEX:
-                    split_masked += 1  # in the whole example this label was trained on; the piece cannot keep it
-                if live(labels, off, end) == 0:
-                    no_loss_pieces += 1
-                    no_loss_tokens += end - off
+def pack_stream(
+    batches: Iterable[Any],
+    max_len: int,
+    *,
+    overflow: Overflow | str = "error",
+    write_row: Callable[[RowArrays], None],
+    scratch: str | Path,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> PackResult:
+    """:func:`pack` for a data set that does not fit in memory: the same rows, written out one by one.
+
+    Two passes, and the second reads no data file: pass 1 consumes ``batches`` (``TokenizedBatch``-like:
+    ``lines`` and ``examples``, as :func:`memfit.data.tokenize.iter_tokenized` yields them), decides every
+    example's pieces and the accounting as :func:`pack` does, and appends the token ids to a scratch file in the
+    folder ``scratch`` (4 bytes a token: the id in the low 31 bits, "carries loss" in the top bit; labels from a
+    tokenizer are the id or -100, nothing else). Then :func:`~memfit.data.binpack.fill_rows` places the pieces,
+    which needs every length first, and pass 2 builds each row from the scratch file (``os.pread`` of its
+    pieces: read, not mapped, so the pages are the kernel's cache and not this process's memory) and hands it
+    to ``write_row``. The scratch file is removed at the end, also on an error or an interrupt.
+
+    Why a scratch file and not a second tokenisation: tokenising is the slow part (about 6,000 GSM8K examples
+    a second on 2 cores, ``bench/RESULTS.md``), and the rows mix examples from all over the file, so pass 2
+    would need random access to tokenised examples anyway. The scratch file is smaller than the rows written
+    from it (which carry ids, labels and positions), so where the output fits, it fits. Memory is the per-example
+    bookkeeping (about 40 bytes an example) plus one batch and one row.
+
+    ``on_progress(phase, done, total)`` is called with ``"packing"`` after the pieces are placed and with
+    ``"writing"`` as rows are written (done rows of total).
+    """
+    plan = _Plan(max_len, overflow)
+    with _FileStore(scratch) as store:
+        for batch in batches:
+            ids, carries, lengths = _flatten(batch.examples)
+            plan.add(lengths, carries, lines=batch.lines, complete=False, first=store.count)
+            store.append(ids, carries, lengths)
+        order, starts = fill_rows(plan.piece_len, max_len)
+        n_rows = int(starts.size - 1)
+        if on_progress is not None:
+            on_progress("writing", 0, n_rows)
+        for r, row in enumerate(_row_arrays(store, plan, order, starts), start=1):
+            write_row(row)
+            if on_progress is not None and (r % 256 == 0 or r == n_rows):
+                on_progress("writing", r, n_rows)
+    return plan.result(rows=(), n_rows=n_rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planning: which pieces of which examples go into rows, and the accounting (shared by pack and pack_stream).
+
+
+class _Plan:
+    """The pieces to pack (example, offset, length), decided batch by batch, and every counter of
+    :class:`PackResult`. Examples up to ``max_len`` are decided for a whole batch at once with numpy; longer
+    ones (rare) one by one under the overflow policy."""
+
+    def __init__(self, max_len: int, overflow: str) -> None:
+        if overflow not in OVERFLOW_CHOICES:
+            raise MemfitError(f"unknown --overflow {overflow!r}: choose one of {', '.join(OVERFLOW_CHOICES)}")
+        if isinstance(max_len, bool) or not isinstance(max_len, int | np.integer) or max_len < 2:
+            raise MemfitError(f"--seq-len must be an integer of at least 2 tokens, got {max_len}: a causal LM "
+                              "learns each token from the ones before it, so a row of 1 token carries no loss")
+        self.max_len = int(max_len)
+        self.overflow = overflow
+        self.examples = self.empty = self.tokens_in = self.loss_in = self.loss_out = 0
+        self.truncated_examples = self.truncated_tokens = self.truncated_loss = 0
+        self.dropped_examples = self.dropped_tokens = self.dropped_loss = 0
+        self.split_examples = self.split_pieces = self.split_masked = 0
+        self.no_loss_examples = self.no_loss_pieces = self.no_loss_tokens = 0
+        self._ex: list[np.ndarray] = []
+        self._off: list[np.ndarray] = []
+        self._len: list[np.ndarray] = []
+        self._joined: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def add(self, lengths: np.ndarray, carries: np.ndarray, *, lines: Sequence[int] | None, complete: bool,
+            first: int = 0) -> None:
+        """Decide the examples ``first, first + 1, ...`` of ``lengths`` tokens, whose labels, end to end, carry
+        loss where ``carries`` is true (``label != -100``)."""
+        n = np.asarray(lengths, dtype=np.int64)
+        k = int(n.size)
+        self.examples += k
+        if not k:
+            return
+        ends = np.cumsum(n)
+        starts = ends - n
+        csum = np.concatenate(([0], np.cumsum(carries, dtype=np.int64)))
+        whole = csum[ends] - csum[np.minimum(starts + 1, ends)]  # labels[1:] that carry loss, each alone
+        self.tokens_in += int(ends[-1])
+        self.loss_in += int(whole.sum())
+        self.empty += int((n == 0).sum())
+        over = n > self.max_len
+        if over.any() and self.overflow == "error":
+            i = int(np.argmax(over))
+            where = f" (line {lines[i]})" if lines is not None and i < len(lines) else ""
+            more = int(over.sum())
+            count = f" ({more:,} example{'s are' if more > 1 else ' is'} longer)" if complete else ""
+            raise MemfitError(
+                f"example {first + i}{where} has {int(n[i]):,} tokens, more than --seq-len {self.max_len:,}{count}: "
+                "raise --seq-len or pass --overflow truncate|drop|split"
+            )
+        fits = (n > 0) & ~over
+        dead = fits & (whole == 0)
+        self.no_loss_examples += int(dead.sum())
+        self.no_loss_tokens += int(n[dead].sum())
+        alive = np.flatnonzero(fits & (whole > 0))
+        ex = [alive + first]
+        off = [np.zeros(alive.size, dtype=np.int64)]
+        ln = [n[alive]]
+        self.loss_out += int(whole[alive].sum())
+        long_ex: list[int] = []
+        long_off: list[int] = []
+        long_len: list[int] = []
+
+        def live(a: int, b: int) -> int:  # loss tokens of the piece [a, b) of the batch's tokens, alone
+            return int(csum[b] - csum[min(a + 1, b)])
+
+        for i in np.flatnonzero(over).tolist():
+            s, size, total = int(starts[i]), int(n[i]), int(whole[i])
+            if self.overflow == "truncate":
+                kept = live(s, s + self.max_len)
+                self.truncated_examples += 1
+                self.truncated_tokens += size - self.max_len
+                self.truncated_loss += total - kept
+                if kept == 0:
+                    self.no_loss_examples += 1
+                    self.no_loss_tokens += self.max_len
                     continue
-                placed += 1
-                item_example.append(i)
-                item_offset.append(off)
-                item_len.append(end - off)
-            if not placed:
-                no_loss_examples += 1
+                long_ex.append(first + i)
+                long_off.append(0)
+                long_len.append(self.max_len)
+                self.loss_out += kept
+            elif self.overflow == "drop":
+                self.dropped_examples += 1
+                self.dropped_tokens += size
+                self.dropped_loss += total
+            else:  # split
+                self.split_examples += 1
+                placed = 0
+                for o in range(0, size, self.max_len):
+                    e = min(size, o + self.max_len)
+                    self.split_pieces += 1
+                    if o and carries[s + o]:
+                        self.split_masked += 1  # the whole example trained on this label; the piece cannot
+                    got = live(s + o, s + e)
+                    if got == 0:
+                        self.no_loss_pieces += 1
+                        self.no_loss_tokens += e - o
+                        continue
+                    placed += 1
+                    long_ex.append(first + i)
+                    long_off.append(o)
+                    long_len.append(e - o)
+                    self.loss_out += got
+                if not placed:
+                    self.no_loss_examples += 1
+        if long_ex:  # back into example order, as one pass over the examples would have them
+            ex.append(np.asarray(long_ex, dtype=np.int64))
+            off.append(np.asarray(long_off, dtype=np.int64))
+            ln.append(np.asarray(long_len, dtype=np.int64))
+            e_all, o_all, l_all = np.concatenate(ex), np.concatenate(off), np.concatenate(ln)
+            keys = np.lexsort((o_all, e_all))
+            ex, off, ln = [e_all[keys]], [o_all[keys]], [l_all[keys]]
+        self._ex += ex
+        self._off += off
+        self._len += ln
+        self._joined = None
 
-    order, starts = fill_rows(item_len, max_len)
-    rows: list[PackedRow] = []
-    loss_out = 0
-    flat = order.tolist()
+    def _pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._joined is None:
+            def cat(parts: list[np.ndarray]) -> np.ndarray:
+                return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+            self._joined = (cat(self._ex), cat(self._off), cat(self._len))
+            self._ex, self._off, self._len = [self._joined[0]], [self._joined[1]], [self._joined[2]]
+        return self._joined
+
+    @property
+    def piece_example(self) -> np.ndarray:
+        return self._pieces()[0]
+
+    @property
+    def piece_offset(self) -> np.ndarray:
+        return self._pieces()[1]
+
+    @property
+    def piece_len(self) -> np.ndarray:
+        return self._pieces()[2]
+
+    def result(self, *, rows: tuple[PackedRow, ...], n_rows: int) -> PackResult:
+        ex, _, ln = self._pieces()
+        return PackResult(
+            rows=rows,
+            n_rows=n_rows,
+            max_len=self.max_len,
+            overflow=str(self.overflow),
+            examples=self.examples,
+            empty_examples=self.empty,
+            packed_examples=int(np.unique(ex).size),
+            tokens_in=self.tokens_in,
+            tokens=int(ln.sum()),
+            truncated_examples=self.truncated_examples,
+            truncated_tokens=self.truncated_tokens,
+            truncated_loss_tokens=self.truncated_loss,
+            dropped_examples=self.dropped_examples,
+            dropped_tokens=self.dropped_tokens,
+            dropped_loss_tokens=self.dropped_loss,
+            split_examples=self.split_examples,
+            split_pieces=self.split_pieces,
+            split_labels_masked=self.split_masked,
+            no_loss_examples=self.no_loss_examples,
+            no_loss_pieces=self.no_loss_pieces,
+            no_loss_tokens=self.no_loss_tokens,
+            loss_tokens_in=self.loss_in,
+            loss_tokens_out=self.loss_out,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Token stores (where pass 2 reads the pieces from) and row building.
+
+
+@dataclass(frozen=True, slots=True)
+class RowArrays:
+    """One packed row as numpy arrays (what a writer turns into a line or a record); the same fields as
+    :class:`PackedRow`."""
+
+    input_ids: np.ndarray
+    labels: np.ndarray
+    position_ids: np.ndarray
+    seq_lens: np.ndarray
+    cu_seqlens: np.ndarray
+    example_ids: np.ndarray
+    example_offsets: np.ndarray
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in PackedRow.__slots__}
+
+    def to_packed_row(self) -> PackedRow:
+        return PackedRow(**{name: values.tolist() for name, values in self.columns().items()})
+
+
+def _flatten(examples: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch end to end: token ids (int64), "label carries loss" (bool), and each example's length."""
+    from itertools import chain
+
+    fields = [example_fields(e) for e in examples]
+    lengths = np.fromiter((len(ids) for ids, _ in fields), dtype=np.int64, count=len(fields))
+    total = int(lengths.sum())
+    ids = np.fromiter(chain.from_iterable(i for i, _ in fields), dtype=np.int64, count=total)
+    labels = np.fromiter(chain.from_iterable(lab for _, lab in fields), dtype=np.int64, count=total)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= _CARRY):
+        raise MemfitError(f"token ids must be in 0..{_CARRY - 1:,}, got {int(ids.min()):,}..{int(ids.max()):,}")
+    carries = labels != IGNORE_INDEX
+    if np.any(carries & (labels != ids)):
+        raise MemfitError("a label is neither its token's id nor -100: pack such examples with memfit.data.pack.pack "
+                          "(in memory), which copies labels as they are")
+    return ids, carries, lengths
+
+
+_CARRY = 2**31  # the top bit of a scratch-file word: this token's label carries loss
+
+
+class _MemoryStore:
+    """The examples of :func:`pack`, end to end in two int64 arrays (labels kept exactly as given)."""
+
+    def __init__(self, fields: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
+        from itertools import chain
+
+        self.lengths = np.fromiter((len(ids) for ids, _ in fields), dtype=np.int64, count=len(fields))
+        total = int(self.lengths.sum())
+        self.ids = np.fromiter(chain.from_iterable(i for i, _ in fields), dtype=np.int64, count=total)
+        self.labels = np.fromiter(chain.from_iterable(lab for _, lab in fields), dtype=np.int64, count=total)
+        self.starts = np.cumsum(self.lengths) - self.lengths
+
+    def gather(self, ex: np.ndarray, off: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.concatenate([np.arange(a, a + b) for a, b in zip((self.starts[ex] + off).tolist(), n.tolist(),
+                                                                  strict=True)]) if n.size else np.zeros(0, np.int64)
+        return self.ids[idx], self.labels[idx].copy()
+
+
+class _FileStore:
+    """The token ids of :func:`pack_stream`'s examples in a scratch file: one uint32 a token (the id, plus
+    :data:`_CARRY` when its label carries loss), removed when the ``with`` block ends, however it ends."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.count = 0
+        self._starts: list[np.ndarray] = []
+        self._tokens = 0
+        self._file: Any = None
+        self._path: Path | None = None
+        self._all_starts: np.ndarray | None = None
+
+    def __enter__(self) -> _FileStore:
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix=".memfit-pack-tokens-", suffix=".tmp", dir=self.folder)
+        self._path = Path(name)
+        self._file = os.fdopen(fd, "w+b")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+
+    def append(self, ids: np.ndarray, carries: np.ndarray, lengths: np.ndarray) -> None:
+        words = ids.astype(np.uint32) | (carries.astype(np.uint32) << np.uint32(31))
+        try:
+            self._file.write(words.tobytes())
+        except OSError as exc:
+            raise MemfitError(f"cannot write the scratch file in {self.folder} ({exc.strerror or exc})",
+                              hint="free some space there (it takes 4 bytes a token), or --out another folder") \
+                from exc
+        self._starts.append(self._tokens + np.cumsum(lengths) - lengths)
+        self._tokens += int(lengths.sum())
+        self.count += int(lengths.size)
+
+    def gather(self, ex: np.ndarray, off: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._all_starts is None:
+            self._file.flush()
+            self._all_starts = np.concatenate(self._starts) if self._starts else np.zeros(0, np.int64)
+            self._starts = [self._all_starts]
+        fd = self._file.fileno()
+        at = ((self._all_starts[ex] + off) * 4).tolist()
+        size = (n * 4).tolist()
+        words = np.frombuffer(b"".join(os.pread(fd, b, a) for a, b in zip(at, size, strict=True)), dtype=np.uint32)
+        ids = (words & np.uint32(_CARRY - 1)).astype(np.int64)
+        labels = np.where(words >= np.uint32(_CARRY), ids, IGNORE_INDEX)
+        return ids, labels
+
+
+def _row_arrays(store: _MemoryStore | _FileStore, plan: _Plan, order: np.ndarray, starts: np.ndarray
+                ) -> Iterator[RowArrays]:
+    """The rows :func:`~memfit.data.binpack.fill_rows` placed, built from the store: each piece's ids and
+    labels, its first label -100, positions restarting at 0 per piece."""
+    p_ex, p_off, p_len = plan.piece_example, plan.piece_offset, plan.piece_len
     bounds = starts.tolist()
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        input_ids: list[int] = []
-        labels_row: list[int] = []
-        position_ids: list[int] = []
-        seq_lens: list[int] = []
-        cu = [0]
-        ex_ids: list[int] = []
-        ex_offs: list[int] = []
-        for item in flat[a:b]:
-            e, off, n = item_example[item], item_offset[item], item_len[item]
-            ids, labs = fields[e]
-            piece_labels = list(labs[off : off + n])
-            piece_labels[0] = IGNORE_INDEX
-            input_ids.extend(ids[off : off + n])
-            labels_row.extend(piece_labels)
-            position_ids.extend(range(n))
-            seq_lens.append(n)
-            cu.append(cu[-1] + n)
-            ex_ids.append(e)
-            ex_offs.append(off)
-        loss_out += loss_tokens(labels_row)
-        rows.append(
-            PackedRow(
-                input_ids=input_ids,
-                labels=labels_row,
-                position_ids=position_ids,
-                seq_lens=seq_lens,
-                cu_seqlens=cu,
-                example_ids=ex_ids,
-                example_offsets=ex_offs,
-            )
-        )
-    return PackResult(
-        rows=tuple(rows),
-        max_len=max_len,
-        overflow=str(overflow),
-        examples=len(fields),
-        empty_examples=empty,
-        packed_examples=len(set(item_example)),
-        tokens_in=int(lengths.sum()),
-        tokens=int(sum(item_len)),
-        truncated_examples=truncated_examples,
-        truncated_tokens=truncated_tokens,
-        truncated_loss_tokens=truncated_loss,
-        dropped_examples=dropped_examples,
-        dropped_tokens=dropped_tokens,
-        dropped_loss_tokens=dropped_loss,
-        split_examples=split_examples,
-        split_pieces=split_pieces,
-        split_labels_masked=split_masked,
-        no_loss_examples=no_loss_examples,
-        no_loss_pieces=no_loss_pieces,
-        no_loss_tokens=no_loss_tokens,
-        loss_tokens_in=loss_in,
-        loss_tokens_out=loss_out,
-    )
+        items = order[a:b]
+        ex, off, n = p_ex[items], p_off[items], p_len[items]
+        ids, labels = store.gather(ex, off, n)
+        cu = np.concatenate(([0], np.cumsum(n)))
+        labels[cu[:-1]] = IGNORE_INDEX
+        positions = np.arange(int(cu[-1]), dtype=np.int64) - np.repeat(cu[:-1], n)
+        yield RowArrays(input_ids=ids, labels=labels, position_ids=positions, seq_lens=n, cu_seqlens=cu,
+                        example_ids=ex, example_offsets=off)
