@@ -13,6 +13,7 @@ from memfit.data.lengths import LengthReport
 from memfit.data.tokenizer import SpecialTokens
 from memfit.errors import MemfitError
 from memfit.files import atomic_output, check_output
+from memfit.report._width import narrow
 from memfit.units import human_bytes
 
 __all__ = ["check_plot_path", "lengths_renderable", "plot_lengths", "special_tokens_line"]
@@ -49,6 +50,7 @@ def lengths_renderable(r: LengthReport) -> Group:
     if r.loss_tokens is not None:
         share = r.loss_tokens / r.total_tokens if r.total_tokens else 0.0
         t.add_row("tokens carrying loss", f"{r.loss_tokens:,} ({share:.1%})")
+    narrow(t, keep=("statistic",))
     parts.append(t)
 
     cut = Table(title="sequence length")
@@ -60,6 +62,7 @@ def lengths_renderable(r: LengthReport) -> Group:
                                              if r.loss_tokens_truncated is not None else ""))
     cut.add_row(f"[bold]{r.recommended_seq_len:,}[/] (p95 up to x64)",
                 f"{r.recommended_over:,} ({r.recommended_truncated_share:.2%})", f"{r.recommended_truncated_tokens:,}")
+    narrow(cut, keep=())
     parts.append(cut)
 
     pad = Table(title=f"padding at micro-batch {r.padding.batch} (random = Trainer default, grouped = "
@@ -73,6 +76,7 @@ def lengths_renderable(r: LengthReport) -> Group:
         pad.add_row(_STRATEGY_HELP[s.strategy], f"{s.waste:.1%}", f"{s.processed_tokens:,}",
                     f"{s.batch} x {s.micro_batches:,}",
                     f"{s.peak_len:,}/{s.mean_len:,.0f}")
+    narrow(pad, keep=())
     parts.append(pad)
 
     if r.activations:
@@ -86,6 +90,7 @@ def lengths_renderable(r: LengthReport) -> Group:
         for a in r.activations:
             act.add_row(_STRATEGY_HELP[a.strategy], f"{a.batch} x {a.peak_len:,}", human_bytes(a.activation_bytes_peak),
                         f"{a.batch} x {a.mean_len:,}", human_bytes(a.activation_bytes_mean), human_bytes(a.peak_bytes))
+        narrow(act, keep=())
         parts.append(act)
 
     if r.special_tokens is not None:

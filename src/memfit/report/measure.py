@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memfit.measure.sweep import LESSON_ACTIVATION_CONSTANT, SweepResult
+from memfit.report._width import narrow, split_columns
 from memfit.units import human_bytes
 
 CATEGORY_ORDER = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "activations", "logits",
@@ -49,6 +50,7 @@ def runs_table(result: SweepResult) -> Table:
                 f"{r.step_seconds:.4f}" if r.step_seconds is not None else "-",
                 f"{r.tokens_per_second:,.0f}" if r.tokens_per_second else "-"]
         t.add_row(*row)
+    narrow(t, keep=("ckpt",), drop=("tok/s", "phase", "reserved", "s/step"))  # a narrow terminal: fewer columns, never a cut figure
     return t
 
 
@@ -88,6 +90,7 @@ def trade_table(result: SweepResult) -> Table | None:
         t.add_row(str(tr.batch), str(tr.seq), human_bytes(tr.peak_without), human_bytes(tr.peak_with),
                   human_bytes(tr.saved_bytes), f"{100 * tr.fraction_saved:.0f}%", f"{tr.slowdown:.2f}",
                   tr.verdict)
+    narrow(t, keep=(), drop=("saved %",))  # a narrow terminal: fewer columns, never a cut figure
     return t
 
 
@@ -111,8 +114,8 @@ def measure_report(result: SweepResult) -> Group:
     parts: list[Any] = [runs_table(result)]
     parts += [Text(line, style="red") for line in oom_lines(result)]
     cats = category_table(result)
-    if cats is not None:
-        parts.append(cats)
+    if cats is not None:  # one column per point: a narrow terminal gets it in several tables, the category first
+        parts += split_columns(cats)
     parts += [Text(line) for line in fit_lines(result)]
     trades = trade_table(result)
     if trades is not None:
