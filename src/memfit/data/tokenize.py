@@ -276,10 +276,49 @@ def assistant_spans(tokenizer: PreTrainedTokenizerBase, msgs: list[dict[str, str
 
 def _encode(texts: list[str], tokenizer: PreTrainedTokenizerBase, *, special: bool, offsets: bool = False) -> Any:
     """One batched call of the fast tokenizer (``encode_batch``, parallel in Rust): the ids, and the character
-    offsets when asked."""
+    offsets when asked.
+
+    Ids alone go straight to the Rust tokenizer's ``encode_batch_fast`` (no offsets computed, no Python
+    ``BatchEncoding``: about twice as fast as ``tokenizer(texts)`` on GSM8K questions) when
+    :func:`_direct_backend` has checked that it gives the same ids as the transformers call."""
+    backend = None if offsets else _direct_backend(tokenizer)
+    if backend is not None:
+        return [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=special)]
     enc = tokenizer(texts, add_special_tokens=special, return_attention_mask=False, return_token_type_ids=False,
                     return_offsets_mapping=offsets)
     return (enc["input_ids"], enc["offset_mapping"]) if offsets else enc["input_ids"]
+
+
+_BACKEND_ATTR = "memfit_direct_backend"
+_BACKEND_PROBES = ["memfit probe: 24 GiB,  two  spaces\n and a tab\t.", "", " leading space", "日本語 émoji 🙂"]
+
+
+def _direct_backend(tokenizer: PreTrainedTokenizerBase) -> Any:
+    """The ``tokenizers.Tokenizer`` behind a fast transformers tokenizer, when encoding with it directly is the
+    same as calling the transformers tokenizer: no truncation or padding configured on it (transformers turns
+    those off per call; the Rust object would apply them), and the same ids on probe texts with and without
+    special tokens. None otherwise (then the transformers call is used). Decided once per tokenizer."""
+    cached = getattr(tokenizer, _BACKEND_ATTR, False)
+    if cached is not False:
+        return cached
+    backend = getattr(tokenizer, "_tokenizer", None)
+    ok = (backend is not None and hasattr(backend, "encode_batch_fast") and backend.truncation is None
+          and backend.padding is None)
+    if ok:
+        try:
+            for special in (True, False):
+                via_hf = tokenizer(_BACKEND_PROBES, add_special_tokens=special, return_attention_mask=False,
+                                   return_token_type_ids=False)["input_ids"]
+                direct = [e.ids for e in backend.encode_batch_fast(_BACKEND_PROBES, add_special_tokens=special)]
+                ok = ok and [list(x) for x in via_hf] == direct
+        except Exception:  # any surprise: the transformers call, which is what training uses
+            ok = False
+    chosen = backend if ok else None
+    try:
+        setattr(tokenizer, _BACKEND_ATTR, chosen)
+    except AttributeError:
+        pass
+    return chosen
 
 
 class Lines(list[int]):
