@@ -16,6 +16,7 @@ from memfit.report._width import narrow
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 NEOX = str(SHARED / "tokenizers" / "gpt-neox-20b" / "tokenizer.json")
 AXOLOTL = str(Path(__file__).resolve().parents[1] / "configs" / "files" / "axolotl_qlora.yml")
+TRL_DS = str(Path(__file__).resolve().parents[1] / "configs" / "files" / "trl_full_deepspeed.yaml")
 Cli = Callable[[list[str]], tuple[int, str, str]]
 
 
@@ -56,6 +57,7 @@ COMMANDS = {
     "estimate": ["estimate", "llama-3.1-8b", "--rank", "16", "--batch", "4", "--seq", "2048", "--gpu", "24GiB",
                  "--explain"],
     "estimate-config": ["estimate", "--config", AXOLOTL],
+    "estimate-config-deepspeed": ["estimate", "--config", TRL_DS],  # 27-character field names, nested values
     "demo": ["demo"],
     "fit": ["fit", "llama-3.1-8b", "--gpu", "24GiB", "--rank", "64", "--batch", "4", "--seq", "2048"],
     "fit-data": ["fit", "llama-3.1-8b", "--gpu", "24GiB", "--data", "{data}", "--tokenizer", NEOX, "--prompt",

@@ -16,7 +16,10 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["dropped_note", "narrow", "plain", "split_columns"]
+__all__ = ["FOLD_AT", "dropped_note", "narrow", "plain", "split_columns"]
+
+FOLD_AT = 16  # a word longer than this in a prose column (a path, a JSON value) folds rather than widen it
+PROSE_MIN = 8  # the narrowest a prose column gets before a name or a figure is folded
 
 
 def plain(cell: Any) -> str:
@@ -47,9 +50,11 @@ def narrow(table: Table, *, keep: Iterable[str], drop: Sequence[str] = (), width
     in the order they were dropped.
 
     When the table is wider than ``width``, every column gets a fixed width: first its least (the widest
-    value of a kept column, the longest word of another), then what is left goes to the columns that want
-    the least more, up to their widest value, so short columns stay on one line and long prose wraps.
-    rich's own shrinking cuts words with "…", and a minimum width alone lets it overrun the terminal.
+    value of a kept column, the longest word of another up to :data:`FOLD_AT`), then what is left goes to the
+    columns that want the least more, up to their widest value, so short columns stay on one line and long
+    prose wraps. If the leasts alone overrun ``width``, columns give way and fold (prose columns first, down
+    to :data:`PROSE_MIN`). rich's own shrinking cuts words with "…", and a minimum width alone lets it overrun
+    the terminal.
     """
     if width is None:
         from memfit.report import console
@@ -69,8 +74,8 @@ def narrow(table: Table, *, keep: Iterable[str], drop: Sequence[str] = (), width
             most = max(_widest(texts), _widest([head]), 1)
             if col.max_width is not None:
                 most = min(most, col.max_width)
-            least = _widest(texts) if whole(col) else _longest_word(texts)
-            out.append((max(least, _longest_word([head]), 1), most))
+            least = _widest(texts) if whole(col) else min(_longest_word(texts), FOLD_AT)
+            out.append((max(least, min(_longest_word([head]), FOLD_AT), 1), most))
         return out
 
     def frame() -> int:  # padding (0, 1) of each column, the rules between them and the edges
@@ -90,14 +95,26 @@ def narrow(table: Table, *, keep: Iterable[str], drop: Sequence[str] = (), width
         col.overflow = "fold"  # a word longer than its column goes on to the next line, never "…"
     if sum(most for _, most in spans) + frame() > width:
         sizes = [least for least, _ in spans]
+        over = sum(sizes) + frame() - width
+        # last resort, rather than overrun or cut: prose columns fold down to PROSE_MIN, then whole ones (widest
+        # first) down to FOLD_AT
+        for floor, which in ((PROSE_MIN, lambda c: not whole(c)), (FOLD_AT, whole)):
+            while over > 0:
+                cands = [i for i, c in enumerate(table.columns) if which(c) and sizes[i] > floor]
+                if not cands:
+                    break
+                i = max(cands, key=lambda i: sizes[i])
+                cut = min(over, sizes[i] - floor)
+                sizes[i] -= cut
+                over -= cut
         room = width - frame() - sum(sizes)
         for i in sorted(range(len(spans)), key=lambda i: spans[i][1] - spans[i][0]):
             grant = max(0, min(room, spans[i][1] - sizes[i]))
             sizes[i] += grant
             room -= grant
-        for col, size in zip(table.columns, sizes, strict=True):
+        for col, size, (least, _) in zip(table.columns, sizes, spans, strict=True):
             col.width = size
-            col.no_wrap = whole(col)
+            col.no_wrap = whole(col) and size >= least
     return dropped
 
 

@@ -50,7 +50,8 @@ def runs_table(result: SweepResult) -> Table:
                 f"{r.step_seconds:.4f}" if r.step_seconds is not None else "-",
                 f"{r.tokens_per_second:,.0f}" if r.tokens_per_second else "-"]
         t.add_row(*row)
-    narrow(t, keep=("ckpt",), drop=("tok/s", "phase", "reserved", "s/step"))  # a narrow terminal: fewer columns, never a cut figure
+    # a narrow terminal: fewer columns, never a cut figure
+    narrow(t, keep=("ckpt",), drop=("tok/s", "phase", "reserved", "s/step"))
     return t
 
 

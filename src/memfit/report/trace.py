@@ -9,7 +9,6 @@ from typing import Any
 from rich.table import Table
 
 from memfit.report._width import narrow
-
 from memfit.report.estimate import verdict_line
 from memfit.trace.result import TraceResult
 from memfit.units import BYTES_PER_GIB, human_bytes
