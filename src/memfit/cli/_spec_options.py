@@ -77,6 +77,18 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
 # as measure's --checkpointing both, checks the flag on its own)
 _DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing"}
 
+# Upper limits of the run's integer flags, checked where every command receives its spec (flags and --config
+# alike), as SIZE_LIMITS bounds a config.json (memfit.estimate.shape): past them no real run exists and the
+# estimate's figures stop meaning anything (--rank 10**29 estimated a peak of 6.9e25 GiB). RunSpec checks >= 1.
+RUN_LIMITS: dict[str, tuple[int, str]] = {
+    "batch": (1_048_576, "micro-batches of real runs stay in the hundreds"),
+    "seq": (67_108_864, "as config.json positions: the longest-context models have ~10M"),
+    "grad_accum": (1_048_576, "accumulation of real runs stays in the thousands"),
+    "rank": (65_536, "LoRA ranks of real runs stay at or below 1,024"),
+    "alpha": (1_048_576, "LoRA alphas of real runs are a small multiple of the rank"),
+    "checkpoint_every": (1_024, "a model has at most 1,024 layers (memfit's config limit)"),
+}
+
 _DEFAULTS = RunSpec()
 CONFIG_OPTION = typer.Option(
     "--config", help="a training config to read the run from (repeatable; later files and explicit flags win): "
@@ -143,6 +155,16 @@ def explicit_flags(names: Iterable[str]) -> set[str]:
     return set(names) & _EXPLICIT.get()
 
 
+def check_run_limits(spec: RunSpec) -> None:
+    """A MemfitError for an integer setting past :data:`RUN_LIMITS` (from a flag or a config file)."""
+    for name, (limit, why) in RUN_LIMITS.items():
+        value = getattr(spec, name)
+        if isinstance(value, int) and value > limit:
+            flag = "--" + name.replace("_", "-")
+            raise MemfitError(f"{flag} {value:,} is past memfit's limit of {limit:,} ({why})",
+                              hint=f"check {flag} (or the config field it came from)")
+
+
 def refuse_ignored_flags(spec: RunSpec, explicit: set[str], *, skip: Iterable[str] = ()) -> None:
     """A MemfitError for the first flag in ``explicit`` that ``spec`` would ignore (:data:`ONLY_WITH`)."""
     skipped = set(skip)
@@ -193,6 +215,7 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
             skip = [n for n, field in _DECIDED_BY.items() if field in exclude]
             if not configs:
                 spec = spec_from_options(values)
+                check_run_limits(spec)
                 refuse_ignored_flags(spec, explicit_flags(values), skip=skip)
                 kwargs["spec"] = spec
                 if wants_import:
@@ -200,6 +223,7 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
                 return fn(*args, **kwargs)
             given = explicit_names(ctx, list(values) + [n for n in (*exclude, *consumes) if n in own_names])
             si = _import(configs, values, given, consumes, kwargs.get("model"))
+            check_run_limits(si.spec)
             refuse_ignored_flags(si.spec, explicit_flags(values), skip=skip)
             kwargs["spec"] = si.spec
             if "model" in own_names and not kwargs.get("model") and si.model:
