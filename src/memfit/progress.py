@@ -49,12 +49,12 @@ class _Bar:
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, *, total: int = 0, unit: str = "", enabled: bool | None = None
-                 ) -> Iterator[_Bar]:
+def progress_bar(description: str, *, total: int = 0, unit: str = "", enabled: bool | None = None,
+                 console: Any = None) -> Iterator[_Bar]:
     """A transient bar on stderr: ``description``, the bar, done/total (``unit`` ``"bytes"`` shows MB, else
     counts followed by ``unit``), the rate, the time left (ETA) and the time so far. ``enabled=None`` means
     :func:`interactive`. Yields an object with ``update(done, total)``, ``advance(n)`` and ``describe(text)``;
-    disabled, they do nothing."""
+    disabled, they do nothing. ``console``: where to draw (default: a rich Console on stderr)."""
     if enabled is None:
         enabled = interactive()
     if not enabled:
@@ -78,11 +78,7 @@ def progress_bar(description: str, *, total: int = 0, unit: str = "", enabled: b
                          else [MofNCompleteColumn(), TextColumn(unit)] if unit else [MofNCompleteColumn()])
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), *amount,
                TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn()]
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+    with Progress(*columns, console=console or Console(stderr=True), transient=True) as progress:
         task = progress.add_task(description, total=total or None)
         yield _Bar(progress, task)
 
-
-def as_callback(bar: _Bar) -> Callable[[int, int], None]:
-    """``bar.update`` as a plain ``on_progress(done, total)`` callback."""
-    return bar.update
