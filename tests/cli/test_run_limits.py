@@ -36,3 +36,8 @@ def test_real_runs_are_far_below_the_limits(cli: Cli) -> None:
     rc, out, _ = cli(["estimate", "llama-3.1-8b", "--method", "lora", "--rank", "1024", "--batch", "64", "--seq",
                       "131072", "--json"])
     assert rc == 0 and json.loads(out)["peak_bytes"] > 0
+
+
+def test_measure_sweeps_are_held_to_the_same_limits(cli: Cli) -> None:
+    rc, out, _ = cli(["measure", "gpt2", "--batch", "1,5000000", "--device", "cpu", "--json"])
+    assert rc == 1 and json.loads(out)["error"].startswith("--batch 5,000,000 is past memfit's limit")

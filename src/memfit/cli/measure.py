@@ -12,7 +12,7 @@ import typer
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
-from memfit.cli._spec_options import ONLY_WITH, explicit_flags, spec_options
+from memfit.cli._spec_options import ONLY_WITH, check_run_limits, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, resolve_config
 from memfit.estimate.lora import check_modules_to_save
@@ -104,6 +104,8 @@ def measure_command(
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
+    for values, name in ((batches, "batch"), (seqs, "seq")):  # measure's own lists: the spec's limits
+        check_run_limits(spec.with_(**{name: max(values)}))
     if checkpointing not in MEASURE_CHECKPOINTING:
         raise MemfitError(f"--checkpointing must be one of {', '.join(MEASURE_CHECKPOINTING)}; got {checkpointing!r}")
     modes = ["none", "full"] if checkpointing == "both" else [checkpointing]
