@@ -25,33 +25,31 @@ sys.path.insert(0, str(ROOT / "tests" / "estimate"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from memfit.estimate import ModelShape, RunSpec, estimate_memory, lookup  # noqa: E402
+from memfit.estimate import REGISTRY, ModelShape, RunSpec, estimate_memory, lookup  # noqa: E402
 
-L2 = {"num_hidden_layers": 2}
+
+def _config(model_type: str, *, layers: int = 2, hidden: int = 128, heads: int, kv_heads: int | None = None,
+            intermediate: int | None = None, vocab: int, **extra: Any) -> dict[str, Any]:
+    """A config of ``model_type`` under the keys its config class reads (the registry's ConfigKeys)."""
+    keys = REGISTRY[model_type].keys.write(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                                           intermediate=intermediate, vocab=vocab, positions=1024)
+    return {"model_type": model_type, **keys, **extra}
+
+
 ARCH: dict[str, dict[str, Any]] = {
-    "llama": {"model_type": "llama", **L2, "hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 2,
-              "intermediate_size": 448, "vocab_size": 32000, "max_position_embeddings": 1024,
-              "tie_word_embeddings": False},
-    "llama-deep": {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
-                   "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 256,
-                   "max_position_embeddings": 1024},
-    "qwen2": {"model_type": "qwen2", **L2, "hidden_size": 128, "num_attention_heads": 8,
-              "num_key_value_heads": 1, "intermediate_size": 704, "vocab_size": 151936,
-              "max_position_embeddings": 1024, "tie_word_embeddings": True, "use_sliding_window": False},
-    "gemma2": {"model_type": "gemma2", **L2, "hidden_size": 128, "num_attention_heads": 4,
-               "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512, "vocab_size": 32000,
-               "max_position_embeddings": 1024, "hidden_activation": "gelu_pytorch_tanh",
-               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
-    "phi3": {"model_type": "phi3", **L2, "hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 8,
-             "intermediate_size": 352, "vocab_size": 32064, "max_position_embeddings": 1024, "pad_token_id": 0},
-    "gpt2": {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 50257,
-             "n_positions": 1024, "activation_function": "gelu_new"},
-    "gpt_neox": {"model_type": "gpt_neox", **L2, "hidden_size": 128, "num_attention_heads": 4,
-                 "intermediate_size": 512, "vocab_size": 50277, "max_position_embeddings": 1024,
-                 "rotary_pct": 0.25, "use_parallel_residual": True, "hidden_act": "gelu"},
-    "mixtral": {"model_type": "mixtral", **L2, "hidden_size": 128, "num_attention_heads": 8,
-                "num_key_value_heads": 2, "intermediate_size": 224, "vocab_size": 32000,
-                "max_position_embeddings": 1024, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "llama": _config("llama", heads=8, kv_heads=2, intermediate=448, vocab=32000, tie_word_embeddings=False),
+    "llama-deep": _config("llama", layers=4, hidden=64, heads=4, kv_heads=2, intermediate=176, vocab=256),
+    "qwen2": _config("qwen2", heads=8, kv_heads=1, intermediate=704, vocab=151936, tie_word_embeddings=True,
+                     use_sliding_window=False),
+    "gemma2": _config("gemma2", heads=4, kv_heads=2, intermediate=512, vocab=32000, head_dim=64,
+                      hidden_activation="gelu_pytorch_tanh", attn_logit_softcapping=50.0,
+                      final_logit_softcapping=30.0),
+    "phi3": _config("phi3", heads=8, kv_heads=8, intermediate=352, vocab=32064, pad_token_id=0),
+    "gpt2": _config("gpt2", heads=4, vocab=50257, activation_function="gelu_new"),
+    "gpt_neox": _config("gpt_neox", heads=4, intermediate=512, vocab=50277, rotary_pct=0.25,
+                        use_parallel_residual=True, hidden_act="gelu"),
+    "mixtral": _config("mixtral", heads=8, kv_heads=2, intermediate=224, vocab=32000, num_local_experts=4,
+                       num_experts_per_tok=2),
 }
 
 ROWS: list[tuple[str, dict[str, Any]]] = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from memfit.estimate import ModelShape, RunSpec, estimate_memory
+from memfit.estimate import REGISTRY, ModelShape, RunSpec, estimate_memory
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -20,23 +20,22 @@ pytest.importorskip("peft")
 
 from estimate_harness import run_steps  # noqa: E402
 
-LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 1000, "max_position_embeddings": 256,
-         "hidden_act": "silu", "tie_word_embeddings": False}
-GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 256,
-        "activation_function": "gelu_new"}
-QWEN2 = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-         "num_key_value_heads": 1, "intermediate_size": 352, "vocab_size": 1500, "max_position_embeddings": 256,
-         "tie_word_embeddings": True, "use_sliding_window": False}
-NEOX = {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-        "intermediate_size": 256, "vocab_size": 1000, "max_position_embeddings": 256, "rotary_pct": 0.25,
-        "use_parallel_residual": True, "hidden_act": "gelu"}
-MIXTRAL = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "intermediate_size": 224, "vocab_size": 1000, "max_position_embeddings": 256,
-           "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False, "sliding_window": None}
 
-OPT = {"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_dim": 256,
-       "vocab_size": 1000, "max_position_embeddings": 256, "word_embed_proj_dim": 64, "activation_function": "relu"}
+def _config(model_type: str, *, heads: int = 4, kv_heads: int | None = None, intermediate: int | None = None,
+            vocab: int = 1000, **extra: Any) -> dict[str, Any]:
+    """2 layers, hidden 64, 256 positions, under the keys the architecture's config class reads."""
+    keys = REGISTRY[model_type].keys.write(layers=2, hidden=64, heads=heads, kv_heads=kv_heads,
+                                           intermediate=intermediate, vocab=vocab, positions=256)
+    return {"model_type": model_type, **keys, **extra}
+
+
+LLAMA = _config("llama", kv_heads=2, intermediate=176, hidden_act="silu", tie_word_embeddings=False)
+GPT2 = _config("gpt2", activation_function="gelu_new")
+QWEN2 = _config("qwen2", kv_heads=1, intermediate=352, vocab=1500, tie_word_embeddings=True, use_sliding_window=False)
+NEOX = _config("gpt_neox", intermediate=256, rotary_pct=0.25, use_parallel_residual=True, hidden_act="gelu")
+MIXTRAL = _config("mixtral", kv_heads=2, intermediate=224, num_local_experts=4, num_experts_per_tok=2,
+                  tie_word_embeddings=False, sliding_window=None)
+OPT = _config("opt", intermediate=256, word_embed_proj_dim=64, activation_function="relu")
 
 # GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
 # embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
@@ -69,3 +68,36 @@ def test_estimate_matches_measured_peak(name: str, config: dict[str, Any], spec:
     if spec.checkpointing == "none":  # with checkpointing the hooks see only what the checkpoints keep
         assert abs(act_err) <= 0.02, f"{name}: saved {est.activation_bytes:,} vs {measured.saved_bytes:,}"
     assert est.peak_phase == measured.peak_phase
+
+
+@pytest.mark.parametrize("model_type", list(REGISTRY))
+def test_every_registered_architecture_matches_a_real_step(model_type: str) -> None:
+    """Each registry entry (so each new one, with no test edited) against two real CPU steps: LoRA on its
+    default targets (or the hint where PEFT has none), fp32, the first attention kernel transformers has for it,
+    transformers' default dropout (GPT-2 and OPT train with it). d = h / a = 16 where the config can say (Gemma's
+    class default, 256, would dwarf a 64-wide model), batch 1."""
+    torch.set_num_threads(1)
+    arch = REGISTRY[model_type]
+    extra: dict[str, Any] = {"head_dim": 16} if arch.keys.kv_heads else {}
+    if arch.layout.moe is not None:
+        extra.update(num_local_experts=4, num_experts_per_tok=2)
+    config = _config(model_type, kv_heads=2, intermediate=128, vocab=300, pad_token_id=0, **extra)
+    targets = arch.lora_targets or tuple(arch.lora_hint.split(","))  # named, as memfit.measure passes them
+    spec = arch.runnable_spec(RunSpec(method="lora", precision="fp32", attention="sdpa", batch=1, seq=32,
+                                      device="cpu", targets=targets))
+    measured = run_steps(config, spec, steps=2)
+    est = estimate_memory(ModelShape.from_hf_config(config, name=model_type), spec)
+    err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
+    assert abs(err) <= 0.02, f"{model_type}: estimate {est.peak_bytes:,} vs {measured.peak_bytes:,} ({err:+.2%})"
+    act_err = (est.activation_bytes - measured.saved_bytes) / measured.saved_bytes
+    if abs(act_err) > 0.02 and model_type in KNOWN_GAPS:
+        pytest.xfail(KNOWN_GAPS[model_type])
+    assert abs(act_err) <= 0.02, f"{model_type}: saved {est.activation_bytes:,} vs {measured.saved_bytes:,}"
+
+
+# Gaps of the estimate this test found (all older than the registry), stated so that fixing one turns it green:
+KNOWN_GAPS = {
+    "phi3": "with o_proj adapted on CPU sdpa the real step saves o_proj's input as a storage of its own, a copy "
+            "of the attention output (b*s*a*d*4 B per layer, 8 KiB here) that the estimate takes for a view of the "
+            "kernel's output, as it is for Llama; the peak is still within 2%",
+}

@@ -158,7 +158,7 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     T = spec.batch * spec.seq
     inputs = 2 * T * INT64_BYTES  # input_ids and labels
     base = {W_FROZEN: st.weights_frozen, W_TRAIN: st.weights_trainable, OPT: st.optimizer, INPUTS: inputs}
-    Vf = act.logits_fp32
+    Vf = act.loss_workspace
     blocks = act.layers
     other_saved = act.shared + act.embedding
     seg = act.segment

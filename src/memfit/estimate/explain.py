@@ -63,10 +63,10 @@ def explain_estimate(est: MemoryEstimate) -> tuple[Explanation, ...]:
     if spec.loss == "chunked":
         out.append(Explanation(component="logits", formula="C x V x 4 per chunk of C rows (fused linear "
                                "cross-entropy; d(hidden) b x s x h kept instead)",
-                               numbers=f"{act.logits_fp32 // (4 * V):,} x {V:,} x 4", bytes=act.logits_fp32))
+                               numbers=f"{act.loss_workspace // (4 * V):,} x {V:,} x 4", bytes=act.loss_workspace))
     else:
         out.append(Explanation(component="logits", formula="b x s x V x 4 (fp32 log-softmax; x3 at backward start)",
-                               numbers=f"{b} x {s} x {V:,} x 4", bytes=act.logits_fp32))
+                               numbers=f"{b} x {s} x {V:,} x 4", bytes=act.loss_workspace))
     out.append(Explanation(component="rule of thumb", formula="L x b x s x h x 20 (the lesson)",
                            numbers=f"{L} x {b} x {s} x {h} x 20", bytes=est.rule_of_thumb_bytes))
     out.append(Explanation(component="peak", formula=f"alive at {est.peak_moment}",

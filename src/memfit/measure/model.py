@@ -180,7 +180,7 @@ def check_causal_lm(config: dict[str, Any]) -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     model_type = config.get("model_type")
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(str(model_type)):  # transformers' own table, not a name list
         return
     if config.get("is_encoder_decoder"):
         kind = "an encoder-decoder (sequence-to-sequence) model, is_encoder_decoder: true"
@@ -228,7 +228,9 @@ def _experts_kwargs(cfg: Any, spec: RunSpec) -> dict[str, str]:
     weights only (on CPU too; autocast does not cast for it, so mixed-bf16's fp32 master weights fail as
     well); every precision but bf16 runs the eager per-expert loop, as transformers itself does when
     grouped_mm cannot be used."""
-    if getattr(cfg, "num_local_experts", 0) and spec.precision != "bf16":
+    from memfit.estimate.arch import experts_run_eager_loop
+
+    if experts_run_eager_loop(cfg.to_dict(), spec.precision):
         return {"experts_implementation": "eager"}
     return {}
 
@@ -244,12 +246,12 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
     require_extra("peft", "torch")
     from peft import LoraConfig
 
-    from memfit.estimate.lora import default_lora_targets
-    from memfit.estimate.shape import SUPPORTED_MODEL_TYPES
+    from memfit.estimate.arch import REGISTRY
 
     targets: str | list[str] | None
     if not spec.targets:
-        targets = list(default_lora_targets(model_type)) if model_type in SUPPORTED_MODEL_TYPES else None
+        arch = REGISTRY.get(str(model_type))
+        targets = list(arch.default_lora_targets()) if arch is not None else None
     elif spec.targets == (ALL_LINEAR,):
         targets = ALL_LINEAR
     else:
@@ -306,23 +308,19 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 def tiny_config(model_type: str = "llama", *, layers: int = 2, hidden: int = 64, heads: int = 4,
                 kv_heads: int | None = None, intermediate: int | None = None, vocab: int = 256,
                 max_positions: int = 512, **extra: Any) -> dict[str, Any]:
-    """A small HF config dict of a real architecture, for tests and benchmarks (seconds on CPU).
+    """A small HF config dict of a registered architecture, under the keys its config class reads
+    (:meth:`memfit.estimate.arch.ConfigKeys.write`), for tests and benchmarks (seconds on CPU).
 
-    >>> tiny_config("llama", layers=2)["num_hidden_layers"]
-    2
+    >>> tiny_config("llama", layers=2)["num_hidden_layers"], tiny_config("gpt2", layers=2)["n_layer"]
+    (2, 2)
     """
-    kv = kv_heads or heads
-    inter = intermediate or 4 * hidden
-    if model_type == "gpt2":
-        cfg: dict[str, Any] = {"model_type": "gpt2", "n_layer": layers, "n_embd": hidden, "n_head": heads,
-                               "n_inner": inter, "n_positions": max_positions, "vocab_size": vocab}
-    elif model_type == "gpt_neox":
-        cfg = {"model_type": "gpt_neox", "num_hidden_layers": layers, "hidden_size": hidden,
-               "num_attention_heads": heads, "intermediate_size": inter, "vocab_size": vocab,
-               "max_position_embeddings": max_positions}
-    else:
-        cfg = {"model_type": model_type, "num_hidden_layers": layers, "hidden_size": hidden,
-               "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
-               "vocab_size": vocab, "max_position_embeddings": max_positions}
+    from memfit.estimate.arch import REGISTRY
+
+    arch = REGISTRY.get(model_type)
+    if arch is None:
+        raise MemfitError(f"tiny_config knows the registered architectures ({', '.join(REGISTRY)}), not {model_type!r}")
+    cfg: dict[str, Any] = {"model_type": model_type}
+    cfg.update(arch.keys.write(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads or heads,
+                               intermediate=intermediate or 4 * hidden, vocab=vocab, positions=max_positions))
     cfg.update(extra)
     return cfg

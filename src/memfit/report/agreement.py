@@ -48,27 +48,22 @@ def scaled_config(name: str, hidden: int, layers: int) -> dict[str, Any]:
     """
     cfg = dict(lookup(name).config)
     shape = lookup(name).shape
+    keys = shape.arch.keys
     head_dim = min(shape.head_dim, hidden // 2)
     heads = max(1, hidden // head_dim)
     kv = max(1, heads * shape.n_kv_heads // shape.n_heads)
     while heads % kv:
         kv -= 1
     inter = int(round(hidden * shape.intermediate / shape.hidden / 8)) * 8
-    t = shape.model_type
-    if t == "gpt2":
-        cfg.update(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=max(shape.max_positions, 1024))
-    elif t == "opt":
-        cfg.update(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, ffn_dim=inter,
-                   word_embed_proj_dim=hidden)
-    else:
-        cfg.update(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
-                   intermediate_size=inter)
-        if "head_dim" in cfg or shape.head_dim * shape.n_heads != shape.hidden:
-            cfg["head_dim"] = head_dim
-        if t == "gemma2":
-            cfg["query_pre_attn_scalar"] = head_dim
-        if t == "gpt_neox":
-            cfg.pop("num_key_value_heads", None)
+    # the intermediate size is left to the config where it says null (GPT-2's n_inner: 4h)
+    keep_inter = keys.intermediate.per_hidden and cfg.get(keys.intermediate.names[0]) is None
+    cfg.update(keys.write(layers=layers, hidden=hidden, heads=heads, kv_heads=kv,
+                          intermediate=None if keep_inter else inter))
+    if keys.embed_proj_dim and cfg.get(keys.embed_proj_dim[0]) is not None:  # OPT's word_embed_proj_dim
+        cfg[keys.embed_proj_dim[0]] = shape.embed_dim * hidden // shape.hidden
+    if keys.kv_heads and ("head_dim" in cfg or shape.head_dim * shape.n_heads != shape.hidden):
+        cfg["head_dim"] = head_dim
+    cfg.update(dict.fromkeys(keys.scales_with_head_dim, head_dim))  # Gemma 2's query_pre_attn_scalar
     return cfg
 
 
@@ -256,14 +251,10 @@ def _scaled(name: str) -> dict[str, Any]:
 
 
 def _fit_spec(model: str, spec: RunSpec) -> RunSpec:
-    """What the grid's spec becomes on ``model``: transformers runs Gemma-2 with eager attention only, and
-    PEFT has no default LoRA targets for Phi-3 (its fused projections are named explicitly)."""
-    t = lookup(model).shape.model_type
-    if t == "gemma2" and spec.attention == "sdpa":
-        spec = spec.with_(attention="eager")
-    if t == "phi3" and spec.is_adapter and not spec.targets:
-        spec = spec.with_(targets=("qkv_proj", "o_proj"))
-    return spec
+    """What the grid's spec becomes on ``model`` (:meth:`Architecture.runnable_spec
+    <memfit.estimate.arch.Architecture.runnable_spec>`): e.g. eager attention for Gemma-2, which transformers
+    runs without sdpa, and Phi-3's fused projections named where PEFT has no default LoRA targets."""
+    return lookup(model).shape.arch.runnable_spec(spec)
 
 
 def full_matrix() -> list[MatrixRow]:

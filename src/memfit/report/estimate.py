@@ -102,7 +102,7 @@ def rule_of_thumb_line(est: MemoryEstimate) -> str:
     notes = [f"memfit's block keeps {per:.1f} B per token x hidden (the rule says 20): {top}"]
     if a.segment:
         notes.append(f"checkpointing keeps {a.checkpoints:,} B of block inputs instead")
-    notes.append(f"the loss keeps fp32 log-probabilities b*s*V*4 = {a.logits_fp32:,} B")
+    notes.append(f"the loss keeps fp32 log-probabilities b*s*V*4 = {a.loss_workspace:,} B")
     return (f"rule of thumb L*b*s*h*20 = {rot:,} B ({rot / BYTES_PER_GB:.2f} GB, {_gib(rot)}); memfit's saved "
             f"activations = {act:,} B ({_gib(act)}), x{act / rot:.2f}. " + "; ".join(notes))
 

@@ -139,18 +139,19 @@ def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
     ``--modules-to-save`` name must match a module), before any model is built. MoE models outside bf16:
     transformers then routes tokens to experts with its eager loop, whose ``nonzero`` has a data-dependent
     shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
+    from memfit.estimate.arch import REGISTRY, experts_run_eager_loop
     from memfit.estimate.lora import check_modules_to_save
-    from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, ModelShape, validate_config
+    from memfit.estimate.shape import ModelShape, validate_config
 
     validate_config(config)
-    if spec.is_adapter and spec.modules_to_save and config.get("model_type") in SUPPORTED_MODEL_TYPES:
+    if spec.is_adapter and spec.modules_to_save and REGISTRY.get(str(config.get("model_type"))) is not None:
         try:
             shape = ModelShape.from_hf_config(config)
         except MemfitError:  # valid, but lacks a size the estimate needs: checked on the real model instead
             shape = None
         if shape is not None:  # other architectures: checked on the real model (memfit.measure.model)
             check_modules_to_save(shape, spec)
-    if config.get("num_local_experts") and spec.precision != "bf16":
+    if experts_run_eager_loop(config, spec.precision):
         raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
                           f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
                           "cannot run); `memfit estimate` and `memfit measure` take any precision")

@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)(?:\.|$)")
+from memfit.estimate.arch import block_containers
+
+_LAYER = re.compile(rf"(?:^|\.)(?:{'|'.join(block_containers())})\.(\d+)(?:\.|$)")
 
 
 def layer_index(path: str | None) -> int | None:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from memfit.estimate.arch import block_containers
 from memfit.report.html.bars import Bar, column_chart, row_chart
 from memfit.report.html.budget import BarRow, BudgetChart, budget_chart
 from memfit.report.html.figures import figure, human
@@ -23,7 +24,7 @@ from memfit.report.html.pages._common import (
 from memfit.report.html.palette import colour, label, ordered
 from memfit.report.html.timeline import timeline_series
 
-_BLOCK = re.compile(r"((?:^|\.)(?:layers|h|blocks|layer))\.\d+(?=\.|$)")
+_BLOCK = re.compile(rf"((?:^|\.)(?:{'|'.join(block_containers())}))\.\d+(?=\.|$)")
 _LAYER = re.compile(r"^layer (\d+)$")
 
 
