@@ -24,8 +24,9 @@ Naming them one by one in ``--targets`` is an error (PEFT matches module names, 
 *ends with* a given name, as plain strings (``key.endswith(name)``: ``wte`` matches ``transformer.wte``, and so
 does ``te``), and silently wraps nothing when no name matches. memfit resolves the names against the module
 names transformers 5.24 really gives each architecture (:func:`module_names`; a test compares them with
-``named_modules()`` of the real models), so a name no module has is an error in all three engines. The token
-embedding and the output layer are the modules the estimate models (:func:`saved_modules`)::
+``named_modules()`` of the real models), so a name no module has is an error in all three engines; the names
+are the registry's (:class:`~memfit.estimate.arch.ModuleNames`). The token embedding and the output layer are
+the modules the estimate models (:func:`saved_modules`)::
 
     gpt2      transformer.wte               lm_head
     opt       model.decoder.embed_tokens    lm_head

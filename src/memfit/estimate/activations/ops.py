@@ -136,7 +136,7 @@ def rmsnorm(rp: Replay, x: SymTensor, component: str) -> SymTensor:
     norm_weight``) saves its other operand when the weight is trained and gives the wider of the two dtypes:
     Llama ``w * y32.to(x.dtype)`` saves the cast y (fp32 products under mixed precision, where w is fp32);
     OLMo 2 ``(w * y32).to(x.dtype)`` saves y32; Gemma ``(y32 * (1 + w.float())).to(x.dtype)`` saves the fresh
-    fp32 ``1 + w`` (n,) whether or not w is trained, and y32 when it is.
+    fp32 ``1 + w`` (n,) when x requires grad, and y32 when w is trained.
     """
     t, n = rp.tape, x.shape[-1]
     x32 = t.cast(x, FP32_BYTES)
