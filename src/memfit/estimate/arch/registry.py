@@ -11,7 +11,8 @@ config (README, "Adding an architecture"). How the next ones map onto the flags 
 model_type     flags (new ones in *italics*)
 =============  ============================================================================================
 olmo2          ``pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, post_mlp_norm=True,
-               qk_norm="full"`` (all existing)
+               qk_norm="full", norm_weight="before_cast"``: all existing (``tests/estimate/
+               test_architectures.py`` registers it and checks it against transformers and real steps)
 phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), True), pre_mlp_norm=False,
                mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *lm_head bias*
 falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
