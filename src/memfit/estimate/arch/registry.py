@@ -39,7 +39,7 @@ from memfit.estimate.arch.keys import Cap, ConfigKeys, Dropout, Flag, Real, Size
 from memfit.estimate.arch.layout import BlockLayout, MoeLayout
 from memfit.estimate.arch.names import BlockNames, ModelNames, ModuleNames
 
-_T = "transformers/models/{0}/modeling_{0}.py (transformers 5.24.0)"
+_SOURCE = "transformers/models/{0}/modeling_{0}.py (transformers 5.24.0)"
 _NO_BIAS = Flag((), False)  # the projections' bias is fixed in the modeling code, not read from the config
 _QV = ("q_proj", "v_proj")
 
@@ -58,33 +58,33 @@ def _layernorm(**kw: Any) -> BlockLayout:
     return BlockLayout(norm="layernorm", norm_bias=True, mlp="plain", eager_repeat_kv=False, **kw)
 
 LLAMA = Architecture(
-    model_type="llama", source=_T.format("llama"), layout=BlockLayout(),
+    model_type="llama", source=_SOURCE.format("llama"), layout=BlockLayout(),
     keys=ConfigKeys(heads_divide_hidden=True, mlp_bias=Flag(("mlp_bias",), False)),
     names=ModuleNames(), lora_targets=_QV,
 )
 
 MISTRAL = Architecture(
-    model_type="mistral", source=_T.format("mistral"), layout=BlockLayout(sliding_layers="all"),
+    model_type="mistral", source=_SOURCE.format("mistral"), layout=BlockLayout(sliding_layers="all"),
     keys=ConfigKeys(kv_heads_default=8, positions=Size("positions", ("max_position_embeddings",), 4096 * 32),
                     sliding_window=Window(("sliding_window",), 4096), qkv_bias=_NO_BIAS, o_bias=_NO_BIAS),
     names=ModuleNames(), lora_targets=_QV,
 )
 
 QWEN2 = Architecture(
-    model_type="qwen2", source=_T.format("qwen2"), layout=BlockLayout(sliding_layers="after_max_window_layers"),
+    model_type="qwen2", source=_SOURCE.format("qwen2"), layout=BlockLayout(sliding_layers="after_max_window_layers"),
     keys=_qwen_keys(qkv_bias=Flag((), True), o_bias=_NO_BIAS),
     names=ModuleNames(), lora_targets=_QV,
 )
 
 QWEN3 = Architecture(
-    model_type="qwen3", source=_T.format("qwen3"),
+    model_type="qwen3", source=_SOURCE.format("qwen3"),
     layout=BlockLayout(qk_norm="head", sliding_layers="after_max_window_layers"),
     keys=_qwen_keys(head_dim_default=128),
     names=ModuleNames(), lora_targets=_QV,
 )
 
 GEMMA = Architecture(
-    model_type="gemma", source=_T.format("gemma"),
+    model_type="gemma", source=_SOURCE.format("gemma"),
     layout=BlockLayout(norm_weight="one_plus_before_cast", embed_scale=True),
     keys=ConfigKeys(kv_heads_default=16, head_dim_default=256,
                     positions=Size("positions", ("max_position_embeddings",), 8192),
@@ -94,7 +94,7 @@ GEMMA = Architecture(
 )
 
 GEMMA2 = Architecture(
-    model_type="gemma2", source=_T.format("gemma2"),
+    model_type="gemma2", source=_SOURCE.format("gemma2"),
     layout=BlockLayout(norm_weight="one_plus_before_cast", embed_scale=True, post_attn_norm=True, post_mlp_norm=True,
                        sliding_layers="alternate"),
     keys=ConfigKeys(kv_heads_default=4, head_dim_default=256, heads_divide_hidden=True,
@@ -110,7 +110,7 @@ GEMMA2 = Architecture(
 )
 
 PHI3 = Architecture(
-    model_type="phi3", source=_T.format("phi3"),
+    model_type="phi3", source=_SOURCE.format("phi3"),
     layout=BlockLayout(fused_qkv=True, fused_gate_up=True, sliding_layers="all"),
     keys=ConfigKeys(positions=Size("positions", ("max_position_embeddings",), 4096),
                     norm_eps=Real(("rms_norm_eps",), 1e-5),
@@ -121,7 +121,7 @@ PHI3 = Architecture(
 )
 
 MIXTRAL = Architecture(
-    model_type="mixtral", source=_T.format("mixtral"), layout=BlockLayout(moe=MoeLayout(), sliding_layers="all"),
+    model_type="mixtral", source=_SOURCE.format("mixtral"), layout=BlockLayout(moe=MoeLayout(), sliding_layers="all"),
     keys=ConfigKeys(kv_heads_default=8, positions=Size("positions", ("max_position_embeddings",), 4096 * 32),
                     norm_eps=Real(("rms_norm_eps",), 1e-5), sliding_window=Window(("sliding_window",), None),
                     experts=Size("experts", ("num_local_experts",), 8),
@@ -131,7 +131,7 @@ MIXTRAL = Architecture(
 )
 
 GPT2 = Architecture(
-    model_type="gpt2", source=_T.format("gpt2"),
+    model_type="gpt2", source=_SOURCE.format("gpt2"),
     layout=_layernorm(fused_qkv=True, position="learned", eager_softmax_dtype="input", eager_qkv_copies=True),
     keys=ConfigKeys(layers=("n_layer", "num_hidden_layers", "num_layers"), hidden=("n_embd", "hidden_size", "d_model"),
                     heads=("n_head", "num_attention_heads"), kv_heads=(), heads_divide_hidden=True,
@@ -153,7 +153,7 @@ GPT2 = Architecture(
 )
 
 GPT_NEOX = Architecture(
-    model_type="gpt_neox", source=_T.format("gpt_neox"),
+    model_type="gpt_neox", source=_SOURCE.format("gpt_neox"),
     layout=_layernorm(fused_qkv=True),
     keys=ConfigKeys(kv_heads=(), heads_divide_hidden=True,
                     activation=Text(("hidden_act", "hidden_activation", "activation_function"), "gelu"),
@@ -173,7 +173,7 @@ GPT_NEOX = Architecture(
 
 _OPT_BIAS = Flag(("enable_bias",), True)
 OPT = Architecture(
-    model_type="opt", source=_T.format("opt"),
+    model_type="opt", source=_SOURCE.format("opt"),
     layout=_layernorm(scale_query=True, position="learned", position_offset=2, position_ids_per_row=True),
     keys=ConfigKeys(kv_heads=(), heads_divide_hidden=True, intermediate=Size("intermediate size", ("ffn_dim",)),
                     positions=Size("positions", ("max_position_embeddings",)),
