@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_section  # noqa: E402
 from memfit.estimate import RunSpec, estimate_memory, lookup  # noqa: E402
-from memfit.report.agreement import (  # noqa: E402
+from memfit.units import BYTES_PER_GIB, BYTES_PER_MIB  # noqa: E402
+from memfit.validate.agreement import (  # noqa: E402
     RULE_OF_THUMB_BYTES,
     AgreementRow,
     MatrixRow,
@@ -34,7 +35,6 @@ from memfit.report.agreement import (  # noqa: E402
     run_row,
     summarise,
 )
-from memfit.units import BYTES_PER_GIB, BYTES_PER_MIB  # noqa: E402
 
 FULL_SIZE = (
     ("llama-3.1-8b", RunSpec(method="lora", precision="bf16", batch=1, seq=2048, device="cuda")),

@@ -20,10 +20,10 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from memfit.estimate import RunSpec  # noqa: E402
-from memfit.measure.model import build_model, tiny_config  # noqa: E402
-from memfit.measure.step import make_optimizer, run_step  # noqa: E402
 from memfit.measure.sweep import run_sweep  # noqa: E402
-from memfit.measure.tracker import LiveTensorTracker  # noqa: E402
+from memfit.runtime.build import build_model, tiny_config  # noqa: E402
+from memfit.runtime.step import make_optimizer, run_step  # noqa: E402
+from memfit.runtime.tracker import LiveTensorTracker  # noqa: E402
 from memfit.units import human_bytes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

@@ -23,9 +23,9 @@ pytest.importorskip("peft")
 
 from estimate_harness import _LiveTracker  # noqa: E402
 
-from memfit.measure.model import build_model, tiny_config  # noqa: E402
-from memfit.measure.step import make_optimizer  # noqa: E402
-from memfit.report.agreement import scaled_config  # noqa: E402
+from memfit.runtime.build import build_model, tiny_config  # noqa: E402
+from memfit.runtime.step import make_optimizer  # noqa: E402
+from memfit.validate.agreement import scaled_config  # noqa: E402
 
 STATE_CASES: list[tuple[str, dict[str, Any], RunSpec]] = [
     ("llama-tied-gqa full fp32", scaled_config("llama-3.2-1b", 256, 2), RunSpec(method="full", precision="fp32")),

@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memfit.estimate import ModelShape, RunSpec  # noqa: E402
-from memfit.measure.model import tiny_config  # noqa: E402
 from memfit.measure.point import measure_point  # noqa: E402
 from memfit.measure.sweep import batch_fits  # noqa: E402
+from memfit.runtime.build import tiny_config  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
@@ -36,7 +36,7 @@ def test_cuda_peak_from_allocator_stats_agrees_with_tracker() -> None:
 
 
 def _model(spec: RunSpec) -> torch.nn.Module:
-    from memfit.measure.model import build_model
+    from memfit.runtime.build import build_model
 
     return build_model(MID, spec, device="meta")
 

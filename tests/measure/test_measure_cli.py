@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from memfit.cli import main  # noqa: E402
 from memfit.errors import MemfitError  # noqa: E402
 from memfit.estimate import RunSpec  # noqa: E402
-from memfit.measure.model import tiny_config  # noqa: E402
 from memfit.measure.point import measure_point  # noqa: E402
+from memfit.runtime.build import tiny_config  # noqa: E402
 
 CONFIG = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)
 

@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memfit.estimate import ModelShape, RunSpec  # noqa: E402
-from memfit.measure.model import build_model, tiny_config  # noqa: E402
 from memfit.measure.point import measure_point  # noqa: E402
 from memfit.measure.sweep import batch_fits  # noqa: E402
+from memfit.runtime.build import build_model, tiny_config  # noqa: E402
 
 SMALL = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)
 # deep, narrow, small vocabulary: activations dominate, where the lesson's shape shows

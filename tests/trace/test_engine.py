@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from memfit.errors import MemfitError  # noqa: E402
 from memfit.estimate.spec import RunSpec  # noqa: E402
-from memfit.measure.model import tiny_config  # noqa: E402
+from memfit.runtime.build import tiny_config  # noqa: E402
 from memfit.trace.cuda import cuda_backend, round_cuda  # noqa: E402
 from memfit.trace.engine import trace_step  # noqa: E402
 

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 from memfit.cli import main  # noqa: E402
 from memfit.errors import MemfitError  # noqa: E402
 from memfit.estimate.spec import RunSpec  # noqa: E402
-from memfit.measure.model import tiny_config  # noqa: E402
+from memfit.runtime.build import tiny_config  # noqa: E402
 from memfit.trace.engine import trace_step  # noqa: E402
 
 

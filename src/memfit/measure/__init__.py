@@ -2,9 +2,9 @@
 
 Public names are loaded lazily so ``import memfit.measure`` does not import torch:
 
-- :func:`memfit.measure.model.build_model` builds the transformers/PEFT model a RunSpec describes.
-- :class:`memfit.measure.tracker.LiveTensorTracker` counts live tensor bytes by category.
-- :func:`memfit.measure.step.run_step` runs one Trainer-like training step.
+- :func:`memfit.runtime.build.build_model` builds the transformers/PEFT model a RunSpec describes.
+- :class:`memfit.runtime.tracker.LiveTensorTracker` counts live tensor bytes by category.
+- :func:`memfit.runtime.step.run_step` runs one Trainer-like training step.
 - :func:`memfit.measure.point.measure_point` measures one (batch, seq, checkpointing) point in-process.
 - :func:`memfit.measure.sweep.run_sweep` runs a sweep, each point in a fresh subprocess.
 """
@@ -15,13 +15,13 @@ import importlib
 from typing import Any
 
 _NAMES = {
-    "build_model": "memfit.measure.model",
-    "tiny_config": "memfit.measure.model",
-    "LiveTensorTracker": "memfit.measure.tracker",
-    "SimulatedOutOfMemoryError": "memfit.measure.tracker",
-    "StepResult": "memfit.measure.step",
-    "run_step": "memfit.measure.step",
-    "make_optimizer": "memfit.measure.step",
+    "build_model": "memfit.runtime.build",
+    "tiny_config": "memfit.runtime.build",
+    "LiveTensorTracker": "memfit.runtime.tracker",
+    "SimulatedOutOfMemoryError": "memfit.runtime.tracker",
+    "StepResult": "memfit.runtime.step",
+    "run_step": "memfit.runtime.step",
+    "make_optimizer": "memfit.runtime.step",
     "PointResult": "memfit.measure.result",
     "measure_point": "memfit.measure.point",
     "SweepResult": "memfit.measure.sweep",

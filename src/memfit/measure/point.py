@@ -27,10 +27,10 @@ import torch
 
 from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
-from memfit.measure.model import build_model
 from memfit.measure.result import PointResult
-from memfit.measure.step import make_optimizer, make_scaler, median_seconds, run_step, time_steps
-from memfit.measure.tracker import CATEGORIES, LiveTensorTracker, SimulatedOutOfMemoryError
+from memfit.runtime.build import build_model
+from memfit.runtime.step import make_optimizer, make_scaler, median_seconds, run_step, time_steps
+from memfit.runtime.tracker import CATEGORIES, LiveTensorTracker, SimulatedOutOfMemoryError
 
 __all__ = ["PointResult", "measure_point"]
 

@@ -8,7 +8,7 @@ Procedure (:func:`trace_step`), the same as ``memfit measure`` with the tensors 
    allocate state lazily in their first step, and measure takes its peak over two steps, the second
    running with the state alive from the start;
 3. under ``FakeTensorMode``, run one Trainer-like step with measure's
-   :func:`~memfit.measure.step.run_step` and its :class:`~memfit.measure.tracker.LiveTensorTracker`;
+   :func:`~memfit.runtime.step.run_step` and its :class:`~memfit.runtime.tracker.LiveTensorTracker`;
 4. the peak, its phase, and what is alive at it by category and by module come from the tracker; the
    bytes autograd saves for backward per block come from a ``saved_tensors_hooks`` ledger.
 
@@ -47,12 +47,12 @@ from torch.utils._pytree import tree_flatten
 
 from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
-from memfit.measure.step import make_optimizer, make_scaler, run_step
-from memfit.measure.tracker import CATEGORIES, LiveTensorTracker
+from memfit.runtime.scopes import ModuleScopes, SavedTensorLedger, layer_index
+from memfit.runtime.step import make_optimizer, make_scaler, run_step
+from memfit.runtime.tracker import CATEGORIES, LiveTensorTracker
 from memfit.trace.cuda import CudaAutocastFloat32, CudaDropout, cuda_attention, round_cuda, use_foreach
 from memfit.trace.fake import fake_model
 from memfit.trace.result import ModuleBytes, TraceResult
-from memfit.trace.scopes import ModuleScopes, SavedTensorLedger, layer_index
 
 Progress = Callable[[str], None]
 _PRIM_DEVICE = torch.ops.prim.device.default
@@ -147,7 +147,7 @@ def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
             shape = ModelShape.from_hf_config(config)
         except MemfitError:  # valid, but lacks a size the estimate needs: checked on the real model instead
             shape = None
-        if shape is not None:  # other architectures: checked on the real model (memfit.measure.model)
+        if shape is not None:  # other architectures: checked on the real model (memfit.runtime.build)
             check_modules_to_save(shape, spec)
     if config.get("num_local_experts") and spec.precision != "bf16":
         raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
@@ -320,7 +320,7 @@ def _model_states(model: torch.nn.Module, tracker: LiveTensorTracker) -> dict[st
     Gradients are one per trainable parameter, the parameter's size (autograd accumulates into a tensor
     shaped and typed like the parameter); optimizer state is what the optimizer holds after its step.
     """
-    from memfit.measure.tracker import _state_tensors
+    from memfit.runtime.tracker import _state_tensors
 
     frozen = trainable = 0
     seen: set[int] = set()

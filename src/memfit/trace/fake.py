@@ -14,7 +14,7 @@ not; and anything that reads a value (a mask's ``.all()``) raises. A fake CPU te
 a real CPU tensor would (the CPU flash kernel, the same decompositions), and transformers'
 ``is_tracing`` recognises it, so mask utilities build the mask instead of reading it.
 
-The same builder as ``memfit measure`` (:func:`memfit.measure.model.build_model`) is used, so trace
+The same builder as ``memfit measure`` (:func:`memfit.runtime.build.build_model`) is used, so trace
 and measure run the same model code for the same spec.
 """
 
@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
-from memfit.measure.model import build_model
+from memfit.runtime.build import build_model
 
 
 def build_meta_model(config: dict[str, Any], spec: RunSpec) -> torch.nn.Module:

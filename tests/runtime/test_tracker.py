@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from memfit.estimate import RunSpec  # noqa: E402
-from memfit.measure.model import build_model, tiny_config  # noqa: E402
-from memfit.measure.step import make_optimizer, run_step  # noqa: E402
-from memfit.measure.tracker import LiveTensorTracker, SimulatedOutOfMemoryError  # noqa: E402
+from memfit.runtime.build import build_model, tiny_config  # noqa: E402
+from memfit.runtime.step import make_optimizer, run_step  # noqa: E402
+from memfit.runtime.tracker import LiveTensorTracker, SimulatedOutOfMemoryError  # noqa: E402
 
 
 def test_hand_worked_linear_views_counted_once_and_frees_subtracted() -> None:
@@ -135,7 +135,7 @@ def test_zero_grad_set_to_none_under_the_tracker_does_not_crash(optimizer: str) 
     import sys
 
     code = (
-        "from memfit.measure.model import tiny_config\n"
+        "from memfit.runtime.build import tiny_config\n"
         "from memfit.measure.point import measure_point\n"
         "from memfit.estimate import RunSpec\n"
         "cfg = tiny_config('llama', layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)\n"

@@ -25,8 +25,8 @@ import torch
 
 from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
-from memfit.measure.model import autocast_dtype, trainable_parameters
-from memfit.measure.tracker import LiveTensorTracker
+from memfit.runtime.build import autocast_dtype, trainable_parameters
+from memfit.runtime.tracker import LiveTensorTracker
 
 LEARNING_RATE = 1e-4  # any value: memory and time do not depend on it
 

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from memfit.estimate import ModelShape, lookup  # noqa: E402
-from memfit.report.agreement import FAST_ROWS, fast_matrix, full_matrix, run_matrix, scaled_config  # noqa: E402
+from memfit.validate.agreement import FAST_ROWS, fast_matrix, full_matrix, run_matrix, scaled_config  # noqa: E402
 
 
 def test_scaled_configs_keep_real_ratios_and_vocabulary() -> None:
