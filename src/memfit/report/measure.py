@@ -11,11 +11,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from memfit.estimate.category import Category
 from memfit.measure.sweep import LESSON_ACTIVATION_CONSTANT, SweepResult
 from memfit.units import human_bytes
-
-CATEGORY_ORDER = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "activations", "logits",
-                  "temporaries", "untracked")
 
 
 def _bytes(n: int | None) -> str:
@@ -61,7 +59,7 @@ def category_table(result: SweepResult) -> Table | None:
     t.add_column("category", no_wrap=True)
     for r in runs:
         t.add_column(f"b{r.batch} s{r.seq} {r.checkpointing}", justify="right", no_wrap=True)
-    keys = [k for k in CATEGORY_ORDER if any(r.by_category.get(k) for r in runs)]
+    keys = [k for k in Category if any(r.by_category.get(k) for r in runs)]
     for k in keys:
         t.add_row(k, *[_bytes(r.by_category.get(k, 0)) for r in runs])
     return t

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from memfit.estimate.category import Category
 from memfit.estimate.fits import FitVerdict, Headroom, judge_fit
 from memfit.estimate.gpus import GpuSpec
 from memfit.estimate.spec import RunSpec
@@ -29,7 +30,7 @@ class ModuleBytes:
     """
 
     module: str
-    by_category: dict[str, int] = field(default_factory=dict)
+    by_category: dict[Category, int] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -48,8 +49,8 @@ class TraceResult:
     model: str
     peak_bytes: int
     peak_phase: str
-    components: dict[str, int]
-    model_states: dict[str, int]
+    components: dict[Category, int]
+    model_states: dict[Category, int]
     phase_peaks: dict[str, int]
     per_module: tuple[ModuleBytes, ...]
     per_layer_peak: dict[int, int]
