@@ -77,7 +77,7 @@ def test_lora_adapters_are_fake_and_counted_as_peft_makes_them() -> None:
     fp32 adapters (PEFT's default): 28,672 B; AdamW keeps two fp32 moments: 57,344 B (+ step counters)."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    from memfit.trace.fake import fake_model
+    from memfit.runtime.build import fake_model
 
     cfg = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=VOCAB)
     spec = RunSpec(method="lora", precision="bf16", batch=1, seq=16, device="cpu")

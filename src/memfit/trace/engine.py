@@ -23,9 +23,10 @@ steady-state step is the maximum. It also halves the time of a trace.
 Value-dependent code: transformers reads tensor values in a few places to pick a faster path (whether
 ``position_ids`` describe packed sequences, whether a padding mask pads anything). A fake tensor has
 no values, so transformers' ``is_tracing`` answers "assume the general case". The trace knows its own
-inputs, so it answers as the real run would: :func:`_known_inputs` makes the packed-sequence check
-say "not packed" (the step passes no ``position_ids``) after running the same operators, and the
-padding mask carries padding exactly when ``--padding-mask`` says so, so the general case is the real one.
+inputs, so it answers as the real run would: :func:`memfit.trace.fake.known_inputs` makes the
+packed-sequence check say "not packed" (the step passes no ``position_ids``) after running the same
+operators, and the padding mask carries padding exactly when ``--padding-mask`` says so, so the general
+case is the real one.
 Mixture-of-experts layers run transformers' default ``grouped_mm`` experts, whose fake implementation
 needs no routing values.
 
@@ -40,7 +41,7 @@ import contextlib
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,6 +50,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from memfit.errors import MemfitError
 from memfit.estimate.category import MODEL_STATES, Category
 from memfit.estimate.spec import RunSpec
+from memfit.runtime.build import fake_model
 from memfit.runtime.scopes import ModuleScopes, SavedTensorLedger, layer_index
 from memfit.runtime.step import make_optimizer, make_scaler, run_step
 from memfit.runtime.tracker import TRACKED_CATEGORIES, LiveTensorTracker, optimizer_state_tensors
@@ -60,7 +62,7 @@ from memfit.trace.cuda import (
     round_cuda,
     use_foreach,
 )
-from memfit.trace.fake import fake_model
+from memfit.trace.fake import known_inputs, warm_optimizer
 from memfit.trace.result import ModuleBytes, TraceResult
 
 Progress = Callable[[str], None]
@@ -135,7 +137,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         use_foreach(optimizer)
     scaler = make_scaler(build_spec, "cpu")
     say("creating the optimizer state")
-    _warm_optimizer(model, optimizer, mode)
+    warm_optimizer(model, optimizer, mode)
     build_seconds = time.perf_counter() - t0
 
     host = host_storages(optimizer) if is_cuda else set()
@@ -150,7 +152,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
         stack.enter_context(mode)
-        stack.enter_context(_known_inputs())
+        stack.enter_context(known_inputs())
         if is_cuda:
             stack.enter_context(cuda_attention())
             stack.enter_context(CudaDropout())
@@ -165,35 +167,6 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     step_seconds = time.perf_counter() - t1
     return _result(config, spec, model, optimizer, tracker, ledger, name=name, build_seconds=build_seconds,
                    step_seconds=step_seconds)
-
-
-def _warm_optimizer(model: torch.nn.Module, optimizer: Any, mode: FakeTensorMode) -> None:
-    """Let ``optimizer`` allocate its lazily created state, as its first real step does (fake: free)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    with mode, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-
-@contextlib.contextmanager
-def _known_inputs() -> Iterator[None]:
-    """transformers' packed-sequence check answers "not packed", as it does for the step's real inputs."""
-    from transformers import masking_utils
-
-    original = masking_utils.find_packed_sequence_indices
-
-    def not_packed(position_ids: torch.Tensor) -> None:
-        original(position_ids)  # the same operators (and temporaries) as the real check
-        return None
-
-    masking_utils.find_packed_sequence_indices = not_packed
-    try:
-        yield
-    finally:
-        masking_utils.find_packed_sequence_indices = original
 
 
 def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, optimizer: Any,
