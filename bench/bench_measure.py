@@ -21,6 +21,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from memfit.estimate import RunSpec  # noqa: E402
 from memfit.measure.sweep import run_sweep  # noqa: E402
+from memfit.report.measure import verdict  # noqa: E402
 from memfit.runtime.build import build_model, tiny_config  # noqa: E402
 from memfit.runtime.step import make_optimizer, run_step  # noqa: E402
 from memfit.runtime.tracker import LiveTensorTracker  # noqa: E402
@@ -58,12 +59,12 @@ def sweep_section(model: str, config: dict, spec: RunSpec, batches: list[int], s
                    f"{human_bytes(r.estimate_bytes) if r.estimate_bytes else '-'} | {ratio} | {r.peak_phase} | "
                    f"{r.step_seconds:.3f} | {r.tokens_per_second:,.0f} |")
     out.append("")
-    for f in result.fits:
+    for f in result.peak_vs_batch:
         out.append(f"- fit, checkpointing {f.checkpointing}: {human_bytes(f.slope_bytes_per_sample)} per sample, "
                    f"intercept {human_bytes(f.intercept_bytes)}, R^2 = {f.r2:.5f}; activation constant "
                    f"**{f.bytes_per_layer_token_hidden:.1f} B** per layer x token x hidden (lesson: ~20)")
     for t in result.trades:
-        out.append(f"- batch {t.batch}: {t.verdict} ({human_bytes(t.saved_bytes)} saved, time x{t.slowdown:.2f})")
+        out.append(f"- batch {t.batch}: {verdict(t)} ({human_bytes(t.saved_bytes)} saved, time x{t.slowdown:.2f})")
     big = max((r for r in result.runs if r.fits and r.checkpointing == "none"), key=lambda r: r.batch)
     cats = ", ".join(f"{k} {human_bytes(v)}" for k, v in big.by_category.items() if v)
     out.append(f"- alive at the peak, batch {big.batch} without checkpointing: {cats}")

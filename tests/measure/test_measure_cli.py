@@ -40,7 +40,7 @@ def test_measure_cli_json_in_a_subprocess(config_path: Path, tmp_path: Path,
     assert one["peak_bytes"] == here.peak_bytes
     assert sum(one["by_category"].values()) == one["peak_bytes"]
     assert one["step_seconds"] > 0 and one["tokens_per_second"] == pytest.approx(64 / one["step_seconds"])
-    assert out["fit"] is None  # one batch size: no fit claimed
+    assert out["peak_vs_batch_headline"] is None and out["peak_vs_batch"] == []  # one batch size: no line
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
