@@ -10,14 +10,12 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 from _results import write_section as write_results_section  # bench/_results.py
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from memfit.estimate import RunSpec  # noqa: E402
 from memfit.measure.sweep import run_sweep  # noqa: E402
@@ -26,8 +24,7 @@ from memfit.runtime.build import build_model, tiny_config  # noqa: E402
 from memfit.runtime.step import make_optimizer, run_step  # noqa: E402
 from memfit.runtime.tracker import LiveTensorTracker  # noqa: E402
 from memfit.units import human_bytes  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+from memfit.validate.oracle import profiler_peak  # noqa: E402
 
 SMALL = {
     "llama": tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=176, vocab=512),
@@ -76,17 +73,6 @@ def sweep_section(model: str, config: dict, spec: RunSpec, batches: list[int], s
     return out
 
 
-def profiler_peak(fn) -> int:  # type: ignore[no-untyped-def]
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    live = peak = 0
-    for _, n in sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                       if e.name() == "[memory]"):
-        live += n
-        peak = max(peak, live)
-    return peak
-
-
 def tracker_rows() -> list[str]:
     out = ["Tracker vs torch.profiler (CPU allocator events, `profile_memory=True`): peak bytes above the "
            "model states over one steady-state step, batch 2, seq 64.", "",
@@ -103,7 +89,7 @@ def tracker_rows() -> list[str]:
             tracker.track_optimizer(opt)
             before = tracker.live_bytes
             prof = profiler_peak(lambda m=model, o=opt, s=spec, t=tracker: run_step(
-                m, s, optimizer=o, batch=2, seq=64, vocab=512, device="cpu", tracker=t))
+                m, s, optimizer=o, batch=2, seq=64, vocab=512, device="cpu", tracker=t)).peak_bytes
             mine = tracker.peak_bytes - before
             out.append(f"| {arch} | {method} | {precision} | {attention} | {prof:,} | {mine:,} | {mine / prof:.5f} |")
     return out + [""]
