@@ -30,7 +30,6 @@ def test_cuda_peak_from_allocator_stats_agrees_with_tracker() -> None:
     assert r.peak_bytes >= r.tracker_peak_bytes
     assert r.peak_bytes - r.tracker_peak_bytes < 256 * MIB  # cuBLAS/cuBLASLt workspaces, kernel scratch
     assert r.tracker_peak_bytes > 0.8 * r.peak_bytes
-    assert sum(r.by_category.values()) == r.peak_bytes  # categories + "untracked"
     n = sum(p.numel() for p in torch.nn.Module.parameters(_model(spec)))
     assert r.by_category["weights_trainable"] == 4 * n  # fp32 weights, every parameter trains
 

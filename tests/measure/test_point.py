@@ -29,7 +29,6 @@ def test_peak_is_linear_in_batch() -> None:
     weights = sum(p.numel() * 4 for p in model.parameters())
     moments = sum(2 * p.numel() * 4 for p in model.parameters() if p.requires_grad)
     assert line.intercept_bytes >= weights + moments
-    assert line.bytes_per_layer_token_hidden == pytest.approx(line.slope_bytes_per_sample / (2 * 32 * 64))
 
 
 def test_checkpointing_saves_memory_where_activations_dominate() -> None:
@@ -51,9 +50,7 @@ def test_model_states_by_category_full_adamw_fp32() -> None:
     assert r.by_category["weights_trainable"] == 4 * n  # fp32, every parameter trains
     # the peak comes after the first step, so AdamW's state is alive: 8 B per parameter + a 4-byte step each
     assert r.by_category["optimizer"] == 8 * n + 4 * len(params)
-    assert r.step_seconds is not None and r.step_seconds > 0
-    assert r.tokens_per_second == pytest.approx(16 / r.step_seconds)
-    assert len(r.step_times) == 1
+    assert r.step_seconds is not None and r.step_seconds > 0 and len(r.step_times) == 1
 
 
 def test_lora_trainable_bytes_match_peft() -> None:
