@@ -174,7 +174,7 @@ def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, optim
             name: str | None, build_seconds: float, step_seconds: float) -> TraceResult:
     summary = tracker.summary()
     components = {k: int(summary["by_category"].get(k, 0)) for k in TRACKED_CATEGORIES}
-    modules: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    modules: dict[str, dict[Category, int]] = defaultdict(lambda: defaultdict(int))
     for nbytes, category, tag in tracker.peak_storages():
         if category in MODEL_STATES:
             continue  # model states are listed by category; the module table is for activations

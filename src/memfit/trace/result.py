@@ -82,12 +82,12 @@ class TraceResult:
 
     def breakdown(self) -> Iterator[tuple[str, int]]:
         """Hierarchical keys: ``peak/<component>``, ``model_states/<state>``, ``saved/<layer>``, ``peak``."""
-        for k, v in self.components.items():
-            yield f"peak/{k}", v
-        for k, v in self.model_states.items():
-            yield f"model_states/{k}", v
-        for k, v in self.saved_by_layer.items():
-            yield f"saved/{k}", v
+        for category, v in self.components.items():
+            yield f"peak/{category}", v
+        for category, v in self.model_states.items():
+            yield f"model_states/{category}", v
+        for layer, v in self.saved_by_layer.items():
+            yield f"saved/{layer}", v
         yield "peak", self.peak_bytes
 
     def to_dict(self) -> dict[str, Any]:
