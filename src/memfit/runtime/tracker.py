@@ -37,15 +37,11 @@ A simulated device: ``memory_limit=`` raises :class:`SimulatedOutOfMemoryError` 
 exceed it, so the out-of-memory path is testable on CPU.
 
 Extension points (the trace engine uses them; so can a timeline recorder or a Trainer callback):
-
-- ``booked_size(nbytes) -> bytes``: what the target device books for a storage of ``nbytes`` (the trace's
-  CUDA prediction rounds every block up to 512 B); ``ignore_storage(storage) -> bool``: storages that live
-  elsewhere on the target (the optimizer's host-side step counters on CUDA) and are not counted.
-- :meth:`subscribe` ``(on_storage=, on_phase=)``: ``on_storage`` receives a :class:`StorageEvent` for every
-  storage counted, freed or resized (the operator, phase and tag it happened under, and the live bytes
-  after it); ``on_phase`` the name of each phase entered (and the one returned to on leaving).
-- :meth:`set_phase` for callers that cannot wrap a step in :meth:`phase` (a Trainer callback), and
-  :meth:`snapshot` for what is alive now, by category.
+``booked_size(nbytes)``, the bytes the target device books for a storage (the trace's CUDA prediction rounds
+each up to 512 B); ``ignore_storage(storage)``, storages that live elsewhere on the target (the optimizer's
+host-side step counters on CUDA); :meth:`subscribe`, a :class:`StorageEvent` per storage counted, freed or
+resized (operator, phase, tag, live bytes after) and each phase entered or returned to; :meth:`set_phase`
+for callers that cannot wrap a step in :meth:`phase`; :meth:`snapshot`, what is alive now, by category.
 """
 
 from __future__ import annotations
@@ -130,10 +126,8 @@ class LiveTensorTracker(TorchDispatchMode):
         self._ids = itertools.count()
         self._by_storage: dict[int, int] = {}  # id(storage object) -> uid, while alive
         self._registered: dict[int, Category] = {}  # uid -> registered category
-        self._params: list[weakref.ref[torch.Tensor]] = []
         self._optimizers: list[weakref.ref[Any]] = []
         self._pending = False
-        self._peak_uids: dict[int, int] = {}
         self.peak = PeakSnapshot(peak_bytes=0, phase="setup", by_category=dict.fromkeys(TRACKED_CATEGORIES, 0))
         self.phase_peaks: dict[str, int] = {}
         self.phase_snapshots: dict[str, PeakSnapshot] = {}
@@ -156,7 +150,6 @@ class LiveTensorTracker(TorchDispatchMode):
     def track_model(self, model: torch.nn.Module) -> None:
         """Count the model's parameters and buffers (which already exist) and classify them."""
         for p in model.parameters():
-            self._params.append(weakref.ref(p))
             self._register(p, Category.WEIGHTS_TRAINABLE if p.requires_grad else Category.WEIGHTS_FROZEN)
             if p.grad is not None:
                 self._register(p.grad, Category.GRADIENTS)
