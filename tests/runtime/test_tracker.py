@@ -200,6 +200,35 @@ def test_observers_see_each_change_and_each_phase() -> None:
     del c
 
 
+def test_a_timeline_recorder_is_an_observer() -> None:
+    """Memory over the step from the observer hook alone: at each event the phase, the module (tag) and the
+    bytes alive by category; the highest point is the tracker's peak, with the same categories."""
+    lin = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+    tracker = LiveTensorTracker()
+    tracker.track_model(lin)
+    tracker.track_optimizer(opt)
+    timeline: list[tuple[str, str | None, dict[Category, int]]] = []
+    tracker.subscribe(on_storage=lambda e: timeline.append((e.phase, e.tag, tracker.snapshot().by_category)))
+    with tracker:
+        for _ in range(2):
+            _step_by_hand(lin, opt, tracker)
+    assert len(timeline) > 10 and {phase for phase, _, _ in timeline} >= {"forward", "backward", "optimizer"}
+    top = max(timeline, key=lambda point: sum(point[2].values()))
+    assert sum(top[2].values()) == tracker.peak_bytes
+    assert top[2] == tracker.peak.by_category
+
+
+def _step_by_hand(lin: torch.nn.Module, opt: torch.optim.Optimizer, tracker: LiveTensorTracker) -> None:
+    with tracker.phase("forward"):
+        loss = lin(torch.randn(8, 64)).pow(2).sum()
+    with tracker.phase("backward"):
+        loss.backward()
+    with tracker.phase("optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
 def test_set_phase_for_callers_that_cannot_wrap_a_step() -> None:
     tracker = LiveTensorTracker()
     with tracker:

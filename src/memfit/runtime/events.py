@@ -40,7 +40,8 @@ class StorageEvent:
     the operator running when it happened (``"aten.mm.default"``; None outside any operator: a tensor
     registered by the caller, most frees); ``phase`` and ``tag`` as the tracker had them. ``storage``
     identifies the storage while it lives. A free is reported from the storage's finalizer: an observer
-    must not touch tensors there.
+    must not touch tensors there (:meth:`LiveTensorTracker.snapshot`, the bytes alive by category, is safe:
+    the tracker takes its own snapshots there).
     """
 
     kind: Literal["alloc", "free", "resize"]
