@@ -148,14 +148,19 @@ def test_per_module_table_and_saved_bytes_name_the_layers() -> None:
 
 
 def test_gpu_verdict() -> None:
+    from dataclasses import replace
+
+    from memfit.estimate import Target
+
     cfg = tiny_config("llama", layers=2, hidden=64, heads=4, vocab=VOCAB)
-    small = trace_step(cfg, RunSpec(batch=1, seq=16, device="cpu", gpu="16KiB"))
-    big = trace_step(cfg, RunSpec(batch=1, seq=16, device="cpu", gpu="1GiB"))
+    traced = trace_step(cfg, RunSpec(batch=1, seq=16, device="cpu"))
+    small = replace(traced, target=Target.resolve("16KiB"))
+    big = replace(traced, target=Target.resolve("1GiB"))
     assert small.gpu_bytes == 16 * 1024 and small.fits is False
     assert big.fits is True
     assert big.reserved_bytes == big.peak_bytes  # on CPU nothing is reserved beyond the live tensors
     # on CUDA the estimate's stated assumptions: + 5% + 256 MiB allocator, + 512 MiB context
-    cuda = trace_step(cfg, RunSpec(batch=1, seq=16, device="cuda", gpu="1GiB"))
+    cuda = replace(trace_step(cfg, RunSpec(batch=1, seq=16, device="cuda")), target=Target.resolve("1GiB"))
     assert cuda.reserved_bytes == cuda.peak_bytes + int(cuda.peak_bytes * 0.05) + 768 * 1024**2
     assert cuda.fits is True  # 768 MiB + a few MiB < 1 GiB
 

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from memfit.estimate.budget import MemoryEstimate
 from memfit.estimate.params import count_params
-from memfit.estimate.shape import ModelShape
-
-if TYPE_CHECKING:
-    from memfit.estimate.budget import Explanation, MemoryEstimate
 
 
-def explain_estimate(shape: ModelShape, est: MemoryEstimate) -> tuple[Explanation, ...]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Explanation:
+    """One line of ``--explain``: a component, its formula in symbols, the formula with numbers, bytes."""
+
+    component: str
+    formula: str
+    numbers: str
+    bytes: int
+
+
+def explain_estimate(est: MemoryEstimate) -> tuple[Explanation, ...]:
     """One line per component: symbols, numbers, bytes."""
-    from memfit.estimate.budget import Explanation
-
-    spec, st, act = est.spec, est.model_states, est.activations
+    shape, spec, st, act = est.shape, est.spec, est.model_states, est.activations
     b, s, h, L, V = spec.batch, spec.seq, shape.hidden, shape.n_layers, shape.vocab
     P = count_params(shape).total
-    w, c = spec.weight_bytes, spec.compute_bytes
+    w = spec.weight_bytes
     out = []
     if spec.method == "full":
         out.append(Explanation(component="weights_trainable", formula="P x bytes(weight dtype)",
@@ -67,5 +72,4 @@ def explain_estimate(shape: ModelShape, est: MemoryEstimate) -> tuple[Explanatio
     out.append(Explanation(component="peak", formula=f"alive at {est.peak_moment}",
                            numbers=" + ".join(f"{k} {v:,}" for k, v in est.components.items() if v),
                            bytes=est.peak_bytes))
-    del c
     return tuple(out)

@@ -49,6 +49,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from memfit.errors import MemfitError
 from memfit.estimate.category import MODEL_STATES, Category
+from memfit.estimate.fits import reserved_bytes
 from memfit.estimate.spec import RunSpec
 from memfit.runtime.build import fake_model
 from memfit.runtime.scopes import ModuleScopes, SavedTensorLedger, layer_index
@@ -194,28 +195,11 @@ def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, optim
         phase_peaks={k: int(v) for k, v in summary["phase_peaks"].items() if k != "setup"},
         per_module=per_module, per_layer_peak=dict(sorted(per_layer.items())),
         saved_by_module=dict(sorted(ledger.by_module.items())), saved_by_layer=ledger.by_layer(),
-        build_seconds=build_seconds, step_seconds=step_seconds, gpu_bytes=gpu_bytes(spec.gpu),
-        reserved_bytes=reserved_bytes(int(summary["peak_bytes"]), spec),
+        build_seconds=build_seconds, step_seconds=step_seconds,
+        # what the device reserves around the traced peak, by the estimate's stated assumptions, so the two
+        # engines judge ``fits`` alike
+        reserved_bytes=reserved_bytes(int(summary["peak_bytes"]), spec.device),
     )
-
-
-def reserved_bytes(peak: int, spec: RunSpec) -> int:
-    """What the device reserves around the traced peak, with the estimate's stated assumptions (so the two
-    engines judge ``fits`` alike, :func:`memfit.estimate.fits.reserved_bytes`): on CUDA, peak + 5% + 256 MiB
-    of allocator segments and fragmentation + 512 MiB of CUDA context and cuBLAS/cuDNN workspaces; on CPU,
-    the peak."""
-    from memfit.estimate.fits import reserved_bytes as reserved
-
-    return reserved(peak, spec.device)
-
-
-def gpu_bytes(gpu: str | None) -> int | None:
-    """Bytes of ``--gpu`` (a table name or a size such as 24GiB), None without one."""
-    if not gpu:
-        return None
-    from memfit.estimate.gpus import resolve_gpu
-
-    return resolve_gpu(gpu).bytes
 
 
 def _model_states(model: torch.nn.Module, optimizer: Any, tracker: LiveTensorTracker) -> dict[Category, int]:

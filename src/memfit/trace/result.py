@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memfit.estimate.category import Category
-from memfit.estimate.fits import FitVerdict, Headroom, judge_fit
-from memfit.estimate.gpus import GpuSpec
+from memfit.estimate.fits import FitVerdict, Target
 from memfit.estimate.spec import RunSpec
 
 
@@ -58,17 +57,19 @@ class TraceResult:
     saved_by_layer: dict[str, int]
     build_seconds: float
     step_seconds: float
-    gpu_bytes: int | None = None
     reserved_bytes: int | None = None
-    headroom: Headroom = Headroom()
+    target: Target | None = None  # --gpu and --headroom, what the step is judged against
+
+    @property
+    def gpu_bytes(self) -> int | None:
+        return None if self.target is None else self.target.gpu.bytes
 
     @property
     def verdict(self) -> FitVerdict | None:
         """:mod:`memfit.estimate.fits`' rule (reserved + headroom <= the GPU) on ``--gpu``; None without one."""
-        if self.gpu_bytes is None:
+        if self.target is None:
             return None
-        gpu = GpuSpec(name=self.spec.gpu or "--gpu", bytes=self.gpu_bytes, source="--gpu")
-        return judge_fit(self.peak_bytes, self.spec.device, gpu, self.headroom)
+        return self.target.judge(self.peak_bytes, self.spec.device)
 
     @property
     def fits(self) -> bool | None:
@@ -100,6 +101,7 @@ class TraceResult:
             "components": dict(self.components),
             "model_states": dict(self.model_states),
             "reserved_bytes": self.reserved_bytes,
+            "gpu": None if self.target is None else self.target.gpu.to_dict(),
             "gpu_bytes": self.gpu_bytes,
             "fits": self.fits,
             "verdict": None if self.verdict is None else self.verdict.to_dict(),

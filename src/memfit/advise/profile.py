@@ -1,20 +1,65 @@
 """What the advisor needs to know about the data: its token lengths and its padding waste.
 
-Built from a :class:`memfit.data.lengths.LengthReport` (``memfit lengths``) by the CLI, so this package
-never imports the tokenizers itself.
+Built from a :class:`memfit.data.lengths.LengthReport` (``memfit lengths``) by the CLI, read through the
+:class:`LengthStats` protocol, so this package never imports the data layer or the tokenizers.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from memfit.estimate.constants import seq_round_up
 
 PaddingAt = Callable[[int, int], tuple[float, float]]  # (batch, seq) -> (waste_random, waste_packed)
 
-SEQ_MULTIPLE = 64  # sequence lengths are proposed in multiples of 64 tokens (as memfit lengths does)
+
+class BatchWaste(Protocol):
+    """One batching strategy's padding (``memfit.data.padding.BatchPadding``)."""
+
+    @property
+    def waste(self) -> float: ...
+
+    @property
+    def peak_len(self) -> int: ...
+
+
+class PaddingStats(Protocol):
+    """Padding waste at one micro-batch (``memfit.data.padding.PaddingReport``)."""
+
+    @property
+    def batch(self) -> int: ...
+
+    @property
+    def random(self) -> BatchWaste: ...
+
+    @property
+    def packed(self) -> BatchWaste: ...
+
+
+class LengthStats(Protocol):
+    """What the advisor reads of a lengths report (``memfit.data.lengths.LengthReport``)."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def lengths(self) -> Sequence[int]: ...
+
+    @property
+    def p95(self) -> int: ...
+
+    @property
+    def recommended_seq_len(self) -> int: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+    @property
+    def padding(self) -> PaddingStats: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,19 +157,9 @@ class DataProfile:
     def truncated_share(self, seq: int) -> float:
         return self.truncated(seq) / len(self.lengths) if self.lengths else 0.0
 
-    @property
-    def packing_ratio(self) -> float:
-        """Rows of packed data per row of randomly batched data carrying the same real tokens:
-        (1 - waste_random) / (1 - waste_packed).
-
-        >>> round(_profile([1], waste_random=0.4, waste_packed=0.04).packing_ratio, 4)
-        0.625
-        """
-        return (1.0 - self.waste_random) / (1.0 - self.waste_packed) if self.waste_packed < 1 else 1.0
-
     def no_cut_seq_len(self) -> int:
         """The longest example rounded up to a multiple of 64: the shortest sequence that truncates nothing."""
-        return SEQ_MULTIPLE * max(1, math.ceil(self.max_len / SEQ_MULTIPLE))
+        return seq_round_up(self.max_len)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,9 +175,9 @@ class DataProfile:
         }
 
     @classmethod
-    def from_length_report(cls, report: Any, padding_at: PaddingAt | None = None) -> DataProfile:
-        """From ``memfit.data.lengths.LengthReport`` (duck-typed: lengths, p95, recommended_seq_len, padding);
-        ``padding_at`` recomputes the padding waste at another micro-batch or sequence length."""
+    def from_length_report(cls, report: LengthStats, padding_at: PaddingAt | None = None) -> DataProfile:
+        """From ``memfit.data.lengths.LengthReport`` (:class:`LengthStats`); ``padding_at`` recomputes the
+        padding waste at another micro-batch or sequence length."""
         return cls(
             source=str(report.source),
             lengths=tuple(sorted(int(n) for n in report.lengths)),
@@ -161,6 +196,5 @@ def _profile(lengths: list[int], *, waste_random: float = 0.0, waste_packed: flo
     """A profile from bare lengths (doctests and tests)."""
     srt = tuple(sorted(lengths))
     p95 = srt[max(0, math.ceil(0.95 * len(srt)) - 1)]
-    return DataProfile(source="lengths", lengths=srt, p95=p95,
-                       recommended_seq_len=SEQ_MULTIPLE * math.ceil(p95 / SEQ_MULTIPLE), batch=1,
+    return DataProfile(source="lengths", lengths=srt, p95=p95, recommended_seq_len=seq_round_up(p95), batch=1,
                        seq_len=srt[-1], waste_random=waste_random, waste_packed=waste_packed, peak_len=srt[-1])
