@@ -1,7 +1,7 @@
 """The analytic estimate against real CPU training steps of tiny configs (issue 6's fast subset).
 
 Each row builds the transformers (+ PEFT) model from a config with random weights, runs two training
-steps with the harness in this folder (peak of live storage bytes, saved-for-backward bytes), and
+steps (:func:`memfit.validate.steps.real_steps`: peak of live storage bytes, saved-for-backward bytes), and
 compares with ``estimate_memory`` for the same spec on ``device="cpu"``. Targets: peak within 2% per row
 (issue 6 asks median <= 2%, max <= 5%), saved activations within 2%.
 """
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from estimate_harness import run_steps  # noqa: E402
+from memfit.validate.steps import real_steps  # noqa: E402
 
 LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
          "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 1000, "max_position_embeddings": 256,
@@ -61,7 +61,7 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
 def test_estimate_matches_measured_peak(name: str, config: dict[str, Any], spec: RunSpec) -> None:
     torch.set_num_threads(1)
     spec = spec.with_(batch=2, seq=32, device="cpu")
-    measured = run_steps(config, spec, steps=2)
+    measured = real_steps(config, spec, steps=2)
     est = estimate_memory(ModelShape.from_hf_config(config, name=name), spec)
     err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(err) <= 0.02, f"{name}: estimate {est.peak_bytes:,} vs measured {measured.peak_bytes:,} ({err:+.2%})"

@@ -759,7 +759,7 @@ def _moe_adapted_experts(blk: _Block, x: _T, gu_lin: Linear, down_lin: Linear, l
     ctx, s, spec = blk.ctx, blk.s, blk.spec
     T, h, i, k = blk.T, s.hidden, s.intermediate, s.experts_per_token
     Tk = T * k
-    eager = spec.precision != "bf16"  # grouped_mm takes bf16 weights only: memfit.measure.model._experts_kwargs
+    eager = spec.precision != "bf16"  # grouped_mm takes bf16 weights only: memfit.runtime.build._experts_kwargs
     # the experts are the block's last trained ops: when their backward runs, none of the block's adapter
     # gradients exists yet but down's (made by its baddbmm, which runs right after down's matmul), while
     # the budget's block moments count them all: each event takes out those not made yet
