@@ -4,8 +4,8 @@
     .venv/bin/python bench/bench_estimate.py --quick    # timing + 4 agreement rows
 
 Agreement rows run two real training steps of tiny configs (2 layers, real head ratios and vocabularies
-scaled down) with ``tests/estimate/estimate_harness.py`` (a TorchDispatchMode live-storage tracker, peak
-over both steps) and compare with ``estimate_memory(shape, spec)`` on ``device="cpu"``.
+scaled down) with :func:`memfit.validate.steps.real_steps` (memfit's runtime: builder, step, live-storage
+tracker, peak over both steps) and compare with ``estimate_memory(shape, spec)`` on ``device="cpu"``.
 """
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from _results import write_section as write_results_section  # bench/_results.py
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "estimate"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -110,7 +106,7 @@ def time_estimates() -> list[tuple[str, str, float]]:
 
 
 def agreement(rows: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    from estimate_harness import run_steps, without_dropout
+    from memfit.validate.steps import real_steps, without_dropout
 
     out = []
     for arch, kw in rows:
@@ -119,7 +115,7 @@ def agreement(rows: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         cfg = without_dropout(ARCH[arch])  # this table has always been dropout-free (the dropout rows: agreement.py)
         est = estimate_memory(ModelShape.from_hf_config(cfg, name=arch), spec)
         t = time.perf_counter()
-        m = run_steps(cfg, spec, steps=2)
+        m = real_steps(cfg, spec, steps=2)
         secs = time.perf_counter() - t
         shape = ModelShape.from_hf_config(cfg)
         states = est.model_states
@@ -152,8 +148,9 @@ def render(times: list[tuple[str, str, float]], rows: list[dict[str, Any]]) -> s
         errs = sorted(abs(r["err"]) for r in rows)
         lines += ["", "### Estimate vs a real CPU training step (peak of live storage bytes over 2 steps)", "",
                   f"{len(rows)} rows, {len({r['arch'] for r in rows})} architectures, 2 layers each with real "
-                  "head ratios and real vocabulary sizes; hidden 128. Measured with "
-                  "`tests/estimate/estimate_harness.py` (TorchDispatchMode tracker, each storage once). "
+                  "head ratios and real vocabulary sizes; hidden 128. Measured with memfit's runtime "
+                  "(`memfit.validate.steps.real_steps`: the builder and step of `memfit measure`, the "
+                  "live-storage tracker, each storage once). "
                   f"**median |error| {statistics.median(errs):.3%}, max |error| {max(errs):.3%}**. "
                   "`rule of thumb` = model states + L*b*s*h*20; `baseline` = model states only (no "
                   "activations); `B/(L*tok*h)` = measured saved-for-backward bytes (loss excluded) per layer, "
@@ -183,8 +180,10 @@ NOTES = """- Where the loss is the peak (every row with a real vocabulary) the e
 - What remains off: when a block's backward is the peak (llama-deep rows: small vocabulary, seq 256,
   eager attention or checkpointing) the reverse replay of the block's ops is within 1.5% (it does not
   model every temporary inside bmm/softmax backward, or the exact order in which the recompute frees);
-  Mixtral under autocast with LoRA is 0.09% low (the expert dispatch under autocast keeps a little more
-  than modelled).
+  Mixtral under autocast with LoRA is 1.63% low: outside bf16, memfit (as transformers does when
+  grouped_mm cannot run) routes tokens through the eager per-expert loop, whose temporaries depend on
+  how many tokens each expert receives. (Before this table was measured with memfit's runtime, a separate
+  harness ran transformers' default grouped_mm path there: 0.09% low.)
 - `B/(L*tok*h)` is the measured saved bytes per layer x token x hidden; at 64 tokens per step the
   weight-sized terms (autocast's bf16 weight copies under `mixed-bf16`, the fp32 log-softmax) dominate,
   so the column is only comparable with the lesson's 20 for the long-sequence rows (43.6 for Llama LoRA

@@ -1,7 +1,7 @@
 """The analytic estimate against real CPU training steps of tiny configs (issue 6's fast subset).
 
 Each row builds the transformers (+ PEFT) model from a config with random weights, runs two training
-steps with the harness in this folder (peak of live storage bytes, saved-for-backward bytes), and
+steps (:func:`memfit.validate.steps.real_steps`: peak of live storage bytes, saved-for-backward bytes), and
 compares with ``estimate_memory`` for the same spec on ``device="cpu"``. Targets: peak within 2% per row
 (issue 6 asks median <= 2%, max <= 5%), saved activations within 2%.
 """
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from estimate_harness import run_steps  # noqa: E402
+from memfit.validate.steps import real_steps  # noqa: E402
 
 
 def _config(model_type: str, *, heads: int = 4, kv_heads: int | None = None, intermediate: int | None = None,
@@ -64,7 +64,7 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
 def test_estimate_matches_measured_peak(name: str, config: dict[str, Any], spec: RunSpec) -> None:
     torch.set_num_threads(1)
     spec = spec.with_(batch=2, seq=32, device="cpu")
-    measured = run_steps(config, spec, steps=2)
+    measured = real_steps(config, spec, steps=2)
     est = estimate_memory(ModelShape.from_hf_config(config, name=name), spec)
     err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(err) <= 0.02, f"{name}: estimate {est.peak_bytes:,} vs measured {measured.peak_bytes:,} ({err:+.2%})"
@@ -89,7 +89,7 @@ def test_every_registered_architecture_matches_a_real_step(model_type: str) -> N
     targets = arch.lora_targets or tuple(arch.lora_hint.split(","))  # named, as memfit.measure passes them
     spec = arch.runnable_spec(RunSpec(method="lora", precision="fp32", attention="sdpa", batch=1, seq=32,
                                       device="cpu", targets=targets))
-    measured = run_steps(config, spec, steps=2)
+    measured = real_steps(config, spec, steps=2)
     est = estimate_memory(ModelShape.from_hf_config(config, name=model_type), spec)
     err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(err) <= 0.02, f"{model_type}: estimate {est.peak_bytes:,} vs {measured.peak_bytes:,} ({err:+.2%})"

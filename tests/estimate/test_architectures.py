@@ -243,12 +243,12 @@ def test_a_flag_combination_is_one_registry_entry(monkeypatch) -> None:
     check_attention_kernels(OLMO2)
     check_peft_targets(OLMO2)
     check_estimates("olmo2")
-    from estimate_harness import run_steps
+    from memfit.validate.steps import real_steps
 
     torch.set_num_threads(1)
     for spec in (RunSpec(method="lora", precision="fp32", batch=2, seq=32, device="cpu", targets=("q_proj", "v_proj")),
                  RunSpec(method="full", precision="bf16", batch=2, seq=32, device="cpu", attention="eager")):
-        measured = run_steps(config, spec, steps=2)
+        measured = real_steps(config, spec, steps=2)
         est = estimate_memory(ModelShape.from_hf_config(config), spec)
         assert est.peak_bytes == pytest.approx(measured.peak_bytes, rel=0.02)
         assert est.activation_bytes == pytest.approx(measured.saved_bytes, rel=0.02)

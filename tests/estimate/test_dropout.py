@@ -1,6 +1,6 @@
 """Dropout in the estimate (issue 21, items 1 and 7): the model's own dropout fields and PEFT's lora_dropout.
 
-Hand-worked figures in the docstrings; real CPU steps (``estimate_harness.run_steps``) where the figure is
+Hand-worked figures in the docstrings; real CPU steps (``memfit.validate.steps.real_steps``) where the figure is
 what torch saves.
 """
 
@@ -156,10 +156,11 @@ def _real_step(config: dict[str, Any], spec: RunSpec) -> tuple[Any, Any]:
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
     import torch
-    from estimate_harness import run_steps
+
+    from memfit.validate.steps import real_steps
 
     torch.set_num_threads(1)
-    measured = run_steps(config, spec, steps=2, per_module=True)
+    measured = real_steps(config, spec, steps=2)
     return measured, estimate_memory(ModelShape.from_hf_config(config), spec)
 
 

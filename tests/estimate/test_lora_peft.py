@@ -52,7 +52,7 @@ def test_lora_trainable_params_equal_peft(name: str, targets: tuple[str, ...]) -
 from memfit.errors import MemfitError  # noqa: E402
 from memfit.estimate.arch import REGISTRY  # noqa: E402
 from memfit.estimate.lora import module_names  # noqa: E402
-from memfit.measure.model import tiny_config  # noqa: E402
+from memfit.runtime.build import tiny_config  # noqa: E402
 
 
 def _meta_model(config: dict) -> object:

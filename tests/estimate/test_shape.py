@@ -144,7 +144,7 @@ def test_heads_must_divide_hidden_exactly_where_transformers_requires_it() -> No
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from memfit.estimate import REGISTRY
-    from memfit.measure.model import tiny_config
+    from memfit.runtime.build import tiny_config
 
     for t in REGISTRY:
         cfg = tiny_config(t, layers=1, hidden=66, heads=4, kv_heads=4, pad_token_id=0)

@@ -121,7 +121,7 @@ def measure_command(
     check_modules_to_save(ModelShape.from_hf_config(config), spec)  # before any worker builds the model
     dev = pick_device(device)
     spec = spec.with_(device=dev, batch=batches[0], seq=seqs[0], checkpointing=modes[0])
-    from memfit.measure.model import check_spec
+    from memfit.runtime.build import check_spec
 
     check_spec(spec, dev)
     max_positions = config.get("max_position_embeddings") or config.get("n_positions")

@@ -14,7 +14,6 @@ from memfit.trace.result import TraceResult
 from memfit.units import BYTES_PER_GIB, human_bytes
 
 _BLOCK = re.compile(rf"((?:^|\.)(?:{'|'.join(block_containers())}))\.\d+(?=\.|$)")
-MODEL_STATES = ("weights_frozen", "weights_trainable", "gradients", "optimizer")
 
 
 def _gib(n: int) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from memfit.estimate.category import Category
 from memfit.estimate.fits import FitVerdict, Target
 from memfit.estimate.spec import RunSpec
 
@@ -28,7 +29,7 @@ class ModuleBytes:
     """
 
     module: str
-    by_category: dict[str, int] = field(default_factory=dict)
+    by_category: dict[Category, int] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -47,8 +48,8 @@ class TraceResult:
     model: str
     peak_bytes: int
     peak_phase: str
-    components: dict[str, int]
-    model_states: dict[str, int]
+    components: dict[Category, int]
+    model_states: dict[Category, int]
     phase_peaks: dict[str, int]
     per_module: tuple[ModuleBytes, ...]
     per_layer_peak: dict[int, int]
@@ -82,12 +83,12 @@ class TraceResult:
 
     def breakdown(self) -> Iterator[tuple[str, int]]:
         """Hierarchical keys: ``peak/<component>``, ``model_states/<state>``, ``saved/<layer>``, ``peak``."""
-        for k, v in self.components.items():
-            yield f"peak/{k}", v
-        for k, v in self.model_states.items():
-            yield f"model_states/{k}", v
-        for k, v in self.saved_by_layer.items():
-            yield f"saved/{k}", v
+        for category, v in self.components.items():
+            yield f"peak/{category}", v
+        for category, v in self.model_states.items():
+            yield f"model_states/{category}", v
+        for layer, v in self.saved_by_layer.items():
+            yield f"saved/{layer}", v
         yield "peak", self.peak_bytes
 
     def to_dict(self) -> dict[str, Any]:

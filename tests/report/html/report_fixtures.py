@@ -49,8 +49,8 @@ def required_paths(command: str, d: dict[str, Any]) -> set[tuple[Any, ...]]:
         paths |= {("phase_peaks", k) for k in d["phase_peaks"]}
     elif command == "measure":
         paths = {("runs", i, "peak_bytes") for i, r in enumerate(d["runs"]) if r["fits"]}
-        paths |= {("fits", i, "r2") for i in range(len(d["fits"]))}
-        paths |= {("fits", i, "slope_bytes_per_sample") for i in range(len(d["fits"]))}
+        paths |= {("peak_vs_batch", i, "r2") for i in range(len(d["peak_vs_batch"]))}
+        paths |= {("peak_vs_batch", i, "slope_bytes_per_sample") for i in range(len(d["peak_vs_batch"]))}
         paths |= {("checkpointing_trade", i, k) for i in range(len(d["checkpointing_trade"]))
                   for k in ("saved_bytes", "fraction_saved", "slowdown")}
     elif command == "fit":

@@ -160,3 +160,19 @@ def test_trace_and_measure_pages_draw_a_timeline_when_the_json_has_one(command: 
     assert step.count("<tr") == 1 + 3 + 1 + 3 + 1  # phase table: head + 3 phases; alive: head + 3 + total
     checked = set(dom_figures.check(html, d))
     assert {("timeline", 10, "bytes_by_category", c) for c in ("weights_frozen", "activations", "logits")} <= checked
+
+
+def test_measure_page_reads_json_written_before_the_runtime_split() -> None:
+    """Saved ``memfit measure --json`` files name the lines ``fit`` / ``fits`` and carry a prose ``verdict``:
+    the page shows the same figures and sentences from them as from today's keys."""
+    d = load("measure")
+    old = {k: v for k, v in d.items() if k not in ("peak_vs_batch", "peak_vs_batch_headline", "checkpointing_trade")}
+    old["fit"], old["fits"] = d["peak_vs_batch_headline"], d["peak_vs_batch"]
+    old["checkpointing_trade"] = [{**{k: v for k, v in t.items() if k != "advice"}, "verdict": f"verdict {i}"}
+                                  for i, t in enumerate(d["checkpointing_trade"])]
+    html = render_page(old)
+    seen = set(dom_figures.check(html, old))
+    assert {("fits", i, "r2") for i in range(len(old["fits"]))} <= seen
+    assert "verdict 0" in html
+    new = render_page(d)
+    assert "saves 32% for 93% more time: take it only if the run does not fit without it" in new

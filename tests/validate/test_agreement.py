@@ -1,9 +1,9 @@
-"""Agreement (issue 6), the fast subset: seven real architectures scaled down, one real CPU training step
-each (eight rows: Llama also with Adafactor), against the estimate and the trace. A regression in any engine
-fails CI here.
+"""Agreement (:mod:`memfit.validate.agreement`), the fast subset: seven real architectures scaled down, one
+real CPU training step each (eight rows: Llama also with Adafactor), against the estimate and the trace. A
+regression in any engine fails CI here.
 
 Targets: estimate vs measured median |error| <= 2% and max <= 5%; trace vs measured max <= 1%; the Adafactor
-row, whose peak is the optimizer step, within 0.1% (issue 21: the estimate was +24% there, counting a full
+row, whose peak is the optimizer step, within 0.1% (the estimate was +24% there when it counted a full
 second moment for the non-square embedding).
 """
 
@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from memfit.estimate import ModelShape, lookup  # noqa: E402
-from memfit.report.agreement import FAST_ROWS, fast_matrix, full_matrix, run_matrix, scaled_config  # noqa: E402
+from memfit.validate.agreement import FAST_ROWS, fast_matrix, full_matrix, run_matrix, scaled_config  # noqa: E402
 
 
 def test_scaled_configs_keep_real_ratios_and_vocabulary() -> None:
@@ -26,11 +26,6 @@ def test_scaled_configs_keep_real_ratios_and_vocabulary() -> None:
     s = ModelShape.from_hf_config(scaled_config("llama-3.2-1b", 256, 2))
     assert (s.hidden, s.head_dim, s.n_heads, s.n_kv_heads, s.intermediate, s.n_layers) == (256, 64, 4, 1, 1024, 2)
     assert s.vocab == lookup("llama-3.2-1b").shape.vocab == 128256
-
-
-def test_fast_subset_covers_six_architectures() -> None:
-    types = {lookup(m).shape.model_type for m, _ in FAST_ROWS}
-    assert len(FAST_ROWS) >= 6 and len(types) >= 6
 
 
 def test_dropout_rows_in_the_fast_subset_and_the_matrix() -> None:
@@ -47,6 +42,8 @@ def test_dropout_rows_in_the_fast_subset_and_the_matrix() -> None:
 @pytest.mark.slow
 def test_estimate_and_trace_agree_with_measured() -> None:
     results = run_matrix(fast_matrix())
+    # guard: the rows ran and span the architectures (a shrunken matrix would pass the bounds below vacuously)
+    assert len(results) == len(FAST_ROWS) and len({r.row.shape.model_type for r in results}) >= 6
     est = [abs(r.estimate_error) for r in results]
     trace = [abs(r.trace_error) for r in results if r.trace_error is not None]
     report = "\n".join(f"{r.row.label}: measured {r.measured_bytes:,} estimate {r.estimate_error:+.2%} "

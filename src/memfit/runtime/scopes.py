@@ -3,7 +3,12 @@
 :class:`ModuleScopes` keeps a stack of module paths with global forward pre/post hooks (so modules
 re-run by checkpoint recomputation in backward are named too) and writes the innermost path into the
 tracker's ``tag`` before every operator: each new storage is recorded with the module whose forward
-created it. Outside any module forward the tag is the phase (``"(backward)"``, ``"(optimizer)"``).
+created it. Outside any module forward the tag is the tracker's phase (``"(backward)"``, ``"(optimizer)"``),
+followed through :meth:`~memfit.runtime.tracker.LiveTensorTracker.subscribe`.
+
+Not torch's ``ModTracker`` (``torch.distributed._tools.mod_tracker``, torch 2.13.0): it keeps the *set* of
+running modules (``parents``), not the innermost one, and follows backward by registering multi-grad hooks
+on every module's inputs and outputs, which adds nodes to the autograd graph the step would not have.
 
 :class:`SavedTensorLedger` is a ``saved_tensors_hooks`` pair whose pack hook returns the tensor
 unchanged (autograd hands a pack hook a storage-sharing alias without ``grad_fn`` for a saved output,
@@ -18,11 +23,13 @@ from __future__ import annotations
 import re
 import weakref
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from memfit.estimate.arch import block_containers
+from memfit.runtime.tracker import LiveTensorTracker
 
 _LAYER = re.compile(rf"(?:^|\.)(?:{'|'.join(block_containers())})\.(\d+)(?:\.|$)")
 
@@ -50,20 +57,23 @@ def short_path(path: str) -> str:
 
 
 class ModuleScopes:
-    """Context manager: set ``tracker.tag`` to the innermost running module's path (PEFT prefix dropped)."""
+    """Context manager: set ``tracker.tag`` to the innermost running module's path (PEFT prefix dropped),
+    and to the tracker's phase in parentheses while no module runs."""
 
-    def __init__(self, model: torch.nn.Module, tracker: Any) -> None:
+    def __init__(self, model: torch.nn.Module, tracker: LiveTensorTracker) -> None:
         self.tracker = tracker
         self._names = {id(m): short_path(n) or "(model)" for n, m in model.named_modules()}
         self._stack: list[str] = []
         self._handles: list[Any] = []
-        self.outside = "(forward)"
+        self._unsubscribe: Callable[[], None] | None = None
+        self.outside = f"({tracker.current_phase})"
 
     def __enter__(self) -> ModuleScopes:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
         self._handles = [register_module_forward_pre_hook(self._pre),
                          register_module_forward_hook(self._post, always_call=True)]
+        self._unsubscribe = self.tracker.subscribe(on_phase=lambda name: self.set_outside(f"({name})"))
         self.tracker.tag = self.outside
         return self
 
@@ -72,6 +82,9 @@ class ModuleScopes:
             h.remove()
         self._handles = []
         self._stack.clear()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
     def set_outside(self, label: str) -> None:
         """The tag used while no module forward runs (the phase: ``"(backward)"``, ``"(optimizer)"``)."""

@@ -1,4 +1,5 @@
-"""The agreement matrix: estimate, trace and measure on the same specs, with the error of each.
+"""The agreement matrix: estimate, trace and measure on the same specs, with the error of each (a validation
+harness: it runs :mod:`memfit.measure` and :mod:`memfit.trace`; ``bench/agreement.py`` writes its table).
 
 Configs are the catalogue's real architectures scaled down to run a CPU step in seconds: few layers
 and a narrower hidden size, but the real ratios (heads : kv heads, intermediate : hidden, head_dim
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memfit.estimate import lookup
+from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -65,9 +67,6 @@ def scaled_config(name: str, hidden: int, layers: int) -> dict[str, Any]:
         cfg["head_dim"] = head_dim
     cfg.update(dict.fromkeys(keys.scales_with_head_dim, head_dim))  # Gemma 2's query_pre_attn_scalar
     return cfg
-
-
-RULE_OF_THUMB_BYTES = 20  # LESSON.txt: activations ~ n_layers * batch * seq * hidden * ~20 bytes (bf16)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

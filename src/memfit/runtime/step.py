@@ -25,8 +25,8 @@ import torch
 
 from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
-from memfit.measure.model import autocast_dtype, trainable_parameters
-from memfit.measure.tracker import LiveTensorTracker
+from memfit.runtime.build import autocast_dtype, trainable_parameters
+from memfit.runtime.tracker import LiveTensorTracker
 
 LEARNING_RATE = 1e-4  # any value: memory and time do not depend on it
 
@@ -41,6 +41,17 @@ class StepResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "loss": self.loss, "tokens": self.tokens}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepInputs:
+    """A batch the caller made (and holds): token ids ``(b, s)`` int64, the labels (a separate tensor, as a
+    data collator makes them) and an optional attention mask. Without it :func:`run_step` makes random ids
+    inside the forward phase and passes them as the labels too."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    attention_mask: torch.Tensor | None = None
 
 
 def make_optimizer(model: torch.nn.Module, spec: RunSpec) -> Any:
@@ -92,11 +103,12 @@ def random_batch(*, batch: int, seq: int, vocab: int, device: str, seed: int = 0
 
 def run_step(model: torch.nn.Module, spec: RunSpec, *, optimizer: Any = None, batch: int, seq: int,
              vocab: int, device: str, tracker: LiveTensorTracker | None = None, scaler: Any = None,
-             input_ids: torch.Tensor | None = None) -> StepResult:
+             inputs: StepInputs | None = None) -> StepResult:
     """One Trainer-like training step; with ``tracker``, each part runs in its tracker phase.
 
     The tracker mode is entered here unless the caller already entered it. ``optimizer=None`` builds
     one with :func:`make_optimizer` (its state then dies with the step, so pass one for repeated steps).
+    ``inputs`` replaces the random batch; ``batch`` and ``seq`` then only count the tokens.
     """
     if optimizer is None:
         optimizer = make_optimizer(model, spec)
@@ -105,21 +117,23 @@ def run_step(model: torch.nn.Module, spec: RunSpec, *, optimizer: Any = None, ba
     phase = tracker.phase if tracker is not None else _no_phase
     outer = tracker if (tracker is not None and not _mode_active(tracker)) else contextlib.nullcontext()
     sync = torch.cuda.synchronize if dev_type == "cuda" else _no_sync
-    attention_mask = None
     sync()
     start = time.perf_counter()
     with outer:
         with phase("forward"):
-            ids = input_ids if input_ids is not None else random_batch(batch=batch, seq=seq, vocab=vocab,
-                                                                        device=device)
-            if spec.padding_mask:
-                attention_mask = torch.ones_like(ids)
-                attention_mask[0, -max(1, seq // 8):] = 0  # right padding on the first row
+            if inputs is not None:
+                ids, labels, attention_mask = inputs.input_ids, inputs.labels, inputs.attention_mask
+            else:
+                ids = labels = random_batch(batch=batch, seq=seq, vocab=vocab, device=device)
+                attention_mask = None
+                if spec.padding_mask:
+                    attention_mask = torch.ones_like(ids)
+                    attention_mask[0, -max(1, seq // 8):] = 0  # right padding on the first row
             amp_ctx = (torch.autocast(device_type=dev_type, dtype=amp) if amp is not None
                        else contextlib.nullcontext())
             with amp_ctx:
-                loss = model(input_ids=ids, attention_mask=attention_mask, labels=ids).loss
-            del ids, attention_mask
+                loss = model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
+            del ids, labels, attention_mask
         with phase("backward"):
             if scaler is not None:
                 scaler.scale(loss).backward()

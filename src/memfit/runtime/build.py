@@ -24,7 +24,19 @@ spec field          what the model gets
 
 Device placement and weight initialisation happen in one place (:func:`build_model`'s
 ``with torch.device(device)`` block), so the builder also works under ``torch.device("meta")`` or a
-``FakeTensorMode`` (the trace engine builds models that way): no ``.item()``, no explicit ``.to()``.
+``FakeTensorMode``: no ``.item()``, no explicit ``.to()``.
+
+No memory behind it (:func:`fake_model`, what the trace engine runs): meta first, then fake tensors.
+Constructing a model directly under ``FakeTensorMode`` would run every weight initialiser
+(``kaiming_uniform_`` on each linear) as fake operators, slow for 70B, and a fake ``cuda`` factory call
+fails on a CPU-only torch. Building under ``torch.device("meta")`` runs the same Python (transformers
+``from_config``, PEFT ``get_peft_model`` with its adapter layers, checkpointing,
+``enable_input_require_grads``) with no storage at all and initialisers that are no-ops; then
+:func:`to_fake` swaps each parameter and buffer for a ``FakeTensor`` of the same shape, dtype, stride and
+``requires_grad`` (tied weights stay tied). Not staying on meta: the meta device has no kernels of its own
+choosing (``scaled_dot_product_attention`` on meta takes the math path and materialises the ``(b, a, s, s)``
+scores, which a CPU or CUDA run does not), and anything that reads a value raises; a fake CPU tensor
+dispatches exactly as a real CPU tensor would, and transformers' ``is_tracing`` recognises it.
 """
 
 from __future__ import annotations
@@ -130,7 +142,8 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
 
         with _disable_current_modes():
             model = build_model(config, spec, device="meta")
-        return _fakeify(model, fake_mode, torch.device("cpu" if str(device) == "meta" else device))
+        to_fake(model, fake_mode, "cpu" if str(device) == "meta" else device)
+        return model
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -146,26 +159,33 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
                 **_experts_kwargs(cfg, spec))
     model.config.use_cache = False
 
-    if spec.checkpointing != "none":
-        every = spec.checkpoint_every if spec.checkpointing == "every-k" else 1
-        kwargs = {"use_reentrant": False}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if hasattr(model, "activation_checkpointing_enable"):
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
-                                                      every_n_layers=every, offload=spec.offload)
-            elif every == 1 and not spec.offload:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-            else:
-                raise MemfitError("--checkpointing every-k and --offload need transformers with "
-                                  "activation_checkpointing_enable; use --checkpointing full")
-
+    apply_checkpointing(model, spec)
     if spec.is_adapter:
         model = _apply_lora(model, spec)
     else:
         model.requires_grad_(True)
     model.train()
     return model
+
+
+def apply_checkpointing(model: torch.nn.Module, spec: RunSpec) -> None:
+    """Activation checkpointing as ``spec.checkpointing`` asks, the way transformers applies it: non-reentrant
+    (``use_reentrant=False``), ``full`` on every decoder layer, ``every-k`` on one layer in
+    ``spec.checkpoint_every``, ``offload`` keeping the checkpoints in host memory."""
+    if spec.checkpointing == "none":
+        return
+    every = spec.checkpoint_every if spec.checkpointing == "every-k" else 1
+    kwargs = {"use_reentrant": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
+                                                  every_n_layers=every, offload=spec.offload)
+        elif every == 1 and not spec.offload:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        else:
+            raise MemfitError("--checkpointing every-k and --offload need transformers with "
+                              "activation_checkpointing_enable; use --checkpointing full")
 
 
 def check_causal_lm(config: dict[str, Any]) -> None:
@@ -201,25 +221,73 @@ def _active_fake_mode() -> Any:
     return None
 
 
-def _fakeify(model: torch.nn.Module, fake_mode: Any, device: torch.device) -> torch.nn.Module:
-    """Replace the meta parameters and buffers of ``model`` by FakeTensors on ``device``, keeping ties."""
+def to_fake(model: torch.nn.Module, mode: Any, device: str | torch.device = "cpu") -> int:
+    """Swap every meta parameter, buffer and tensor attribute of ``model`` for a fake tensor on ``device``.
+
+    Returns the number of tensors swapped. Shared tensors (tied embeddings) map to one fake tensor, so
+    they stay shared and are counted once. ``requires_grad`` and the ``Parameter`` type are kept.
+    """
     from torch._subclasses.fake_tensor import FakeTensor
 
+    device = torch.device(device)
+    converter = mode.fake_tensor_converter
     memo: dict[int, torch.Tensor] = {}
+
+    def fake_of(t: torch.Tensor) -> torch.Tensor:
+        key = id(t)
+        if key in memo:
+            return memo[key]
+        if isinstance(t, FakeTensor):
+            out: torch.Tensor = t
+        elif t.device.type == "meta":
+            out = converter.from_meta_and_device(mode, t.detach(), device)
+        else:  # a real tensor (a buffer a builder computed on CPU): fake it, keep no reference
+            out = mode.from_tensor(t.detach())
+        if isinstance(t, torch.nn.Parameter):
+            out = torch.nn.Parameter(out, requires_grad=t.requires_grad)
+        memo[key] = out
+        return out
+
     for module in model.modules():
         for name, p in list(module._parameters.items()):
-            if p is None:
-                continue
-            if id(p) not in memo:
-                memo[id(p)] = torch.nn.Parameter(FakeTensor(fake_mode, p.data, device),
-                                                 requires_grad=p.requires_grad)
-            module._parameters[name] = memo[id(p)]  # type: ignore[assignment]
+            if p is not None:
+                module._parameters[name] = fake_of(p)  # type: ignore[assignment]
         for name, b in list(module._buffers.items()):
-            if b is None:
-                continue
-            if id(b) not in memo:
-                memo[id(b)] = FakeTensor(fake_mode, b, device)
-            module._buffers[name] = memo[id(b)]
+            if b is not None:
+                module._buffers[name] = fake_of(b)
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and not name.startswith("_"):
+                setattr(module, name, fake_of(value))
+    return len(memo)
+
+
+def build_meta_model(config: dict[str, Any], spec: RunSpec) -> torch.nn.Module:
+    """The training-ready model for ``spec`` on the meta device: no storage, no initialisation cost.
+
+    The whole builder runs under ``torch.device("meta")`` so PEFT's adapter layers (created outside
+    the builder's own device block) are meta too. transformers refusing the attention implementation
+    becomes a MemfitError naming ``--attention``.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            try:
+                return build_model(config, spec, device="meta")
+            except (ValueError, ImportError) as exc:
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                about_attention = "attn" in str(exc).lower() or "attention" in str(exc).lower()
+                if not about_attention:
+                    raise MemfitError(f"transformers cannot build this {config.get('model_type')} model: "
+                                      f"{first}") from exc
+                hint = " (try --attention eager)" if spec.attention != "eager" else ""
+                raise MemfitError(f"transformers cannot build this {config.get('model_type')} model with "
+                                  f"--attention {spec.attention}: {first}{hint}") from exc
+
+
+def fake_model(config: dict[str, Any], spec: RunSpec, mode: Any, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """:func:`build_meta_model` then :func:`to_fake`: the model for ``spec`` as fake tensors on ``device``."""
+    model = build_meta_model(config, spec)
+    to_fake(model, mode, device)
     return model
 
 
