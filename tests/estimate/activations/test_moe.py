@@ -37,6 +37,31 @@ def test_moe_with_frozen_experts_saves_4384_bytes() -> None:
     assert out.shape == (1, 8, 16)
 
 
+def test_moe_eager_loop_keeps_each_index_add_source() -> None:
+    """fp32 (transformers' eager per-expert loop; ``torch._grouped_mm`` takes bf16 only), LoRA on q/v, so the
+    experts are frozen and x requires grad. The loop's ``final.index_add_(0, token_idx, out)`` saves its source:
+
+    ===============  ====================================================================================  =====
+    what             saved                                                                                 bytes
+    ===============  ====================================================================================  =====
+    router           softmax (1, 8, 4) fp32 128; indices (16,) int64 128; sum (8, 1) 32; weights (16,) 64    352
+    dispatch         token ids and top-k positions from torch.where, 2 x (16,) int64 = 256; index_add's
+                     source (16, 16) fp32 1,024                                                            1280
+    gate_up, act     gate_up output (16, 64) fp32                                                          4096
+    act(gate) * up   act(gate) (16, 32) fp32                                                               2048
+    x routing w      the routing weights (16, 1) fp32 64 and the expert output (16, 16) fp32 1,024         1088
+    ===============  ====================================================================================  =====
+
+    8,864 B (a real fp32 step of a 2-layer, h=64, i=128, 4-expert Mixtral at b1 s32 saved 15,872 B per block
+    more than the grouped-path replay before this was modelled).
+    """
+    rp = replay(model(MIXTRAL), precision="fp32")
+    moe_mlp(rp, hidden(rp), block_linears_by_role(rp.model))
+    saved = by_component(rp.tape.saved)
+    assert saved == {"moe/router": 352, "moe/dispatch": 1280, "moe/act": 4096, "moe/mul": 2048, "moe/weights": 1088}
+    assert sum(saved.values()) == 8864
+
+
 def test_moe_with_adapted_experts_keeps_the_effective_weights() -> None:
     """``all-linear``, rank 4, bf16: PEFT adapts the router (one 2-D parameter, rank 4) and the two fused expert
     parameters (rank r*E = 16 for down, 2*r*E = 32 for gate_up), through ``ParamWrapper``:
