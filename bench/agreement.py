@@ -1,4 +1,5 @@
-"""Agreement: estimate, trace and measure on one matrix (issue 6). Writes the ``## agreement`` section.
+"""Agreement: estimate, trace and measure on one matrix (:mod:`memfit.validate.agreement`). Writes the
+``## agreement`` section.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/agreement.py            # the full CPU matrix + full-size rows
     .venv/bin/python bench/agreement.py --fast --no-write              # the 8-row subset that `make test` runs
@@ -23,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_section  # noqa: E402
 from memfit.estimate import RunSpec, estimate_memory, lookup  # noqa: E402
-from memfit.report.agreement import (  # noqa: E402
-    RULE_OF_THUMB_BYTES,
+from memfit.estimate.constants import RULE_OF_THUMB_BYTES  # noqa: E402
+from memfit.units import BYTES_PER_GIB, BYTES_PER_MIB  # noqa: E402
+from memfit.validate.agreement import (  # noqa: E402
     AgreementRow,
     MatrixRow,
     cuda_matrix,
@@ -34,7 +36,6 @@ from memfit.report.agreement import (  # noqa: E402
     run_row,
     summarise,
 )
-from memfit.units import BYTES_PER_GIB, BYTES_PER_MIB  # noqa: E402
 
 FULL_SIZE = (
     ("llama-3.1-8b", RunSpec(method="lora", precision="bf16", batch=1, seq=2048, device="cuda")),

@@ -15,9 +15,8 @@ from _results import write_section as write_results_section  # bench/_results.py
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from memfit.advise import Setup, fit  # noqa: E402
-from memfit.advise.plan import Evaluator, candidates  # noqa: E402
-from memfit.estimate import RunSpec, resolve_model  # noqa: E402
+from memfit.advise import PeakCache, Setup, candidates, fit  # noqa: E402
+from memfit.estimate import RunSpec, Target, resolve_model  # noqa: E402
 from memfit.report.fit import describe_changes  # noqa: E402
 from memfit.units import BYTES_PER_GIB  # noqa: E402
 
@@ -25,30 +24,30 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 SCENARIOS = [
     ("Llama-3.1-8B LoRA r64 all-linear, b8 s2048, 24GiB", "llama-3.1-8b",
-     RunSpec(method="lora", rank=64, targets=("all-linear",), batch=8, seq=2048), "24GiB", 1),
+     RunSpec(method="lora", rank=64, targets=("all-linear",), batch=8, seq=2048), "24GiB"),
     ("Llama-2-7B LoRA r64 q,v, b8 s2048, 24GiB", "llama-2-7b",
-     RunSpec(method="lora", rank=64, batch=8, seq=2048), "24GiB", 1),
+     RunSpec(method="lora", rank=64, batch=8, seq=2048), "24GiB"),
     ("Qwen2.5-7B full bf16 AdamW, b4 s4096, 8 x A100-80GB", "qwen2.5-7b",
-     RunSpec(method="full", batch=4, seq=4096, grad_accum=4), "A100-80GB", 8),
+     RunSpec(method="full", batch=4, seq=4096, grad_accum=4, gpus=8), "A100-80GB"),
     ("Llama-3.1-70B LoRA r16, b4 s4096, T4 (nothing fits)", "llama-3.1-70b",
-     RunSpec(method="lora", rank=16, batch=4, seq=4096), "T4", 1),
+     RunSpec(method="lora", rank=16, batch=4, seq=4096), "T4"),
 ]
 
 
 def run() -> list[str]:
     rows = ["| scenario | fits initially | ordered steps | fits | cheapest changes | candidates | estimates | "
             "time (s, median of 3) | every candidate estimated (s) |", "|---|---|---|---|---|---|---|---|---|"]
-    for label, model, spec, gpu, gpus in SCENARIOS:
+    for label, model, spec, gpu in SCENARIOS:
         shape = resolve_model(model)
         times = []
         for _ in range(3):
             t = time.perf_counter()
-            report = fit(shape, spec, gpu=gpu, gpus=gpus)
+            report = fit(shape, spec, Target.resolve(gpu))
             times.append(time.perf_counter() - t)
         t = time.perf_counter()  # the cost of a truly exhaustive pass: every candidate's per-GPU peak
-        ev = Evaluator(shape, gpus)
-        for setup in candidates(Setup(spec=spec), data=None, gpus=gpus):
-            ev.peak(setup)
+        cache = PeakCache(shape)
+        for setup in candidates(Setup(spec=spec), data=None):
+            cache.peak(setup.spec)
         full_pass = time.perf_counter() - t
         steps = " -> ".join(s.action for s in report.steps) or "-"
         changes = (describe_changes(report.initial, report.cheapest.setup) if report.cheapest.setup

@@ -10,23 +10,21 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 from _results import write_section as write_results_section  # bench/_results.py
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from memfit.estimate import RunSpec  # noqa: E402
-from memfit.measure.model import build_model, tiny_config  # noqa: E402
-from memfit.measure.step import make_optimizer, run_step  # noqa: E402
 from memfit.measure.sweep import run_sweep  # noqa: E402
-from memfit.measure.tracker import LiveTensorTracker  # noqa: E402
+from memfit.report.measure import verdict  # noqa: E402
+from memfit.runtime.build import build_model, tiny_config  # noqa: E402
+from memfit.runtime.step import make_optimizer, run_step  # noqa: E402
+from memfit.runtime.tracker import LiveTensorTracker  # noqa: E402
 from memfit.units import human_bytes  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+from memfit.validate.oracle import profiler_peak  # noqa: E402
 
 SMALL = {
     "llama": tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=176, vocab=512),
@@ -58,12 +56,12 @@ def sweep_section(model: str, config: dict, spec: RunSpec, batches: list[int], s
                    f"{human_bytes(r.estimate_bytes) if r.estimate_bytes else '-'} | {ratio} | {r.peak_phase} | "
                    f"{r.step_seconds:.3f} | {r.tokens_per_second:,.0f} |")
     out.append("")
-    for f in result.fits:
+    for f in result.peak_vs_batch:
         out.append(f"- fit, checkpointing {f.checkpointing}: {human_bytes(f.slope_bytes_per_sample)} per sample, "
                    f"intercept {human_bytes(f.intercept_bytes)}, R^2 = {f.r2:.5f}; activation constant "
                    f"**{f.bytes_per_layer_token_hidden:.1f} B** per layer x token x hidden (lesson: ~20)")
     for t in result.trades:
-        out.append(f"- batch {t.batch}: {t.verdict} ({human_bytes(t.saved_bytes)} saved, time x{t.slowdown:.2f})")
+        out.append(f"- batch {t.batch}: {verdict(t)} ({human_bytes(t.saved_bytes)} saved, time x{t.slowdown:.2f})")
     big = max((r for r in result.runs if r.fits and r.checkpointing == "none"), key=lambda r: r.batch)
     cats = ", ".join(f"{k} {human_bytes(v)}" for k, v in big.by_category.items() if v)
     out.append(f"- alive at the peak, batch {big.batch} without checkpointing: {cats}")
@@ -73,17 +71,6 @@ def sweep_section(model: str, config: dict, spec: RunSpec, batches: list[int], s
             f"activations alone are {act:.1f} B per layer x token x hidden in fp32, {act / 2:.1f} B at 2-byte "
             "elements, beside the lesson's ~20 for bf16", ""]
     return out
-
-
-def profiler_peak(fn) -> int:  # type: ignore[no-untyped-def]
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    live = peak = 0
-    for _, n in sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                       if e.name() == "[memory]"):
-        live += n
-        peak = max(peak, live)
-    return peak
 
 
 def tracker_rows() -> list[str]:
@@ -102,7 +89,7 @@ def tracker_rows() -> list[str]:
             tracker.track_optimizer(opt)
             before = tracker.live_bytes
             prof = profiler_peak(lambda m=model, o=opt, s=spec, t=tracker: run_step(
-                m, s, optimizer=o, batch=2, seq=64, vocab=512, device="cpu", tracker=t))
+                m, s, optimizer=o, batch=2, seq=64, vocab=512, device="cpu", tracker=t)).peak_bytes
             mine = tracker.peak_bytes - before
             out.append(f"| {arch} | {method} | {precision} | {attention} | {prof:,} | {mine:,} | {mine / prof:.5f} |")
     return out + [""]

@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/memfit_gpu}; mkdir -p "$OUT"
-export PYTHONPATH="$PWD/src:$PWD/tests/estimate${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -19,6 +19,6 @@ echo "== 1. agreement matrix on CUDA"
 timeout 300 python3 bench/agreement.py --cuda-measure "$OUT/agreement_cuda.json" 2>&1 | grep -v -i warning | tee "$OUT/agreement_cuda.log"
 echo "== 2. CUDA tests"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -o addopts="" tests/measure tests/estimate/test_agreement_cuda.py \
-  tests/trace tests/data/test_collator.py 2>&1 | tail -40 | tee "$OUT/cuda_tests.log"
+  tests/trace tests/data/with_torch/test_collator.py 2>&1 | tail -40 | tee "$OUT/cuda_tests.log"
 echo "== 3. measure sweep"
 timeout 120 bash bench/gpu_check.sh 2>&1 | tail -40 | tee "$OUT/gpu_check.log"

@@ -141,10 +141,10 @@ def memfit_api() -> SimpleNamespace:
     from agreement import FULL_SIZE  # the agreement bench's full-size rows
     from memfit.errors import MemfitError
     from memfit.estimate import estimate_memory, lookup
-    from memfit.measure.step import make_optimizer, make_scaler, run_step
-    from memfit.report.agreement import MatrixRow, cuda_matrix, full_matrix, measure_row, run_row
+    from memfit.runtime.build import fake_model
+    from memfit.runtime.step import make_optimizer, make_scaler, run_step
     from memfit.trace.engine import trace_step
-    from memfit.trace.fake import fake_model
+    from memfit.validate.agreement import MatrixRow, cuda_matrix, full_matrix, measure_row, run_row
 
     return SimpleNamespace(
         point_module=point_module, FULL_SIZE=FULL_SIZE, MemfitError=MemfitError, estimate_memory=estimate_memory,

@@ -8,6 +8,7 @@ From Python::
     import memfit
     est = memfit.estimate("meta-llama/Llama-3.1-8B", method="qlora", rank=16, batch=4, seq=2048)
     plan = memfit.fit("llama-3.1-8b", gpu="24GiB", config="axolotl.yml")
+    memfit.Target.resolve("24GiB").judge(est.peak_bytes, est.spec.device).fits
     spec = memfit.RunSpec.from_config("axolotl.yml")
     spec = memfit.RunSpec.from_training_args(training_args, model.config, peft_config)
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from memfit.errors import MemfitError
 
-__all__ = ["MemfitError", "MemoryEstimate", "RunSpec", "__version__", "estimate", "fit"]
+__all__ = ["MemfitError", "MemoryEstimate", "RunSpec", "Target", "__version__", "estimate", "fit"]
 __version__ = "0.1.0"
 
 
@@ -28,7 +29,7 @@ def __getattr__(name: str) -> Any:
         from memfit.api import fit
 
         return fit
-    if name in ("RunSpec", "MemoryEstimate"):
+    if name in ("RunSpec", "MemoryEstimate", "Target"):
         import memfit.estimate as estimate_package
 
         return getattr(estimate_package, name)

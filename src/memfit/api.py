@@ -10,6 +10,9 @@ config that names its base model makes ``model`` optional.
 >>> est = memfit.estimate("llama-3.1-8b", rank=16, batch=4, seq=2048)
 >>> est.peak_bytes > est.model_states.weights_frozen
 True
+
+The GPU is not part of the run: ``memfit.Target.resolve("24GiB").judge(est.peak_bytes, est.spec.device)`` says
+whether it fits, by the rule ``memfit estimate --gpu`` prints.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ def estimate(model: str | None = None, /, *, config: ConfigPaths | None = None, 
     """The peak memory of one training step and every component of it (:class:`MemoryEstimate`).
 
     >>> import memfit
-    >>> memfit.estimate("llama-3.1-8b", method="qlora", rank=16, checkpointing="full").fits is None
-    True
+    >>> memfit.estimate("llama-3.1-8b", method="qlora", rank=16, checkpointing="full").peak_moment
+    'backward: loss'
     """
     from memfit.estimate import estimate_memory, resolve_model
 
@@ -61,21 +64,18 @@ def estimate(model: str | None = None, /, *, config: ConfigPaths | None = None, 
     return estimate_memory(resolve_model(name), run)
 
 
-def fit(model: str | None = None, /, *, gpu: str, gpus: int | None = None, headroom: str | float = "10%",
-        config: ConfigPaths | None = None, search: bool = True, **spec: Any) -> FitReport:
+def fit(model: str | None = None, /, *, gpu: str, headroom: str | float = "10%", config: ConfigPaths | None = None,
+        search: bool = True, **spec: Any) -> FitReport:
     """What to change for the run to fit ``gpu`` (a name from ``memfit gpus`` or a size such as ``"24GiB"``):
     the lesson's ordered remedies and the cheapest fitting configuration (:class:`~memfit.advise.FitReport`).
-    ``gpus`` > 1 weighs ZeRO / FSDP sharding (default: the world size a config names, else 1).
+    ``gpus`` > 1 (a RunSpec field, or the world size a config names) weighs ZeRO / FSDP sharding.
 
     >>> import memfit
     >>> memfit.fit("llama-3.1-8b", gpu="24GiB", batch=4, seq=2048, search=False).fits
     True
     """
-    from memfit.advise import Headroom
     from memfit.advise import fit as advise_fit
-    from memfit.estimate import resolve_model
+    from memfit.estimate import Target, resolve_model
 
-    name, run, imported = run_spec(model, config=config, accepts=("gpus",), **spec)
-    world = gpus if gpus is not None else int(imported.unused.get("gpus", 1)) if imported is not None else 1
-    return advise_fit(resolve_model(name), run, gpu=gpu, gpus=world, headroom=Headroom.parse(headroom),
-                      search=search)
+    name, run, _ = run_spec(model, config=config, **spec)
+    return advise_fit(resolve_model(name), run, Target.resolve(gpu, headroom), search=search)

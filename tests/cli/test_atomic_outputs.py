@@ -121,7 +121,7 @@ def test_measure_plot_is_checked_before_the_sweep(tmp_path: Path, cli: Cli) -> N
     """Before: the sweep ran (seconds to hours), then savefig raised FileNotFoundError: a traceback, no plot."""
     pytest.importorskip("matplotlib")
     pytest.importorskip("torch")
-    from memfit.measure.model import tiny_config
+    from memfit.runtime.build import tiny_config
 
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(tiny_config("llama", layers=1, hidden=32, heads=2, kv_heads=1, vocab=64)))

@@ -40,7 +40,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     data.write_text("\n".join(src) + "\n")
     out = {"data": str(data), "folder": str(folder)}
     try:
-        from memfit.measure.model import tiny_config
+        from memfit.runtime.build import tiny_config
 
         tiny = folder / "tiny.json"
         tiny.write_text(json.dumps(tiny_config("llama", layers=1, hidden=32, heads=2, kv_heads=1, vocab=64)))

@@ -121,7 +121,7 @@ def test_lengths_json_carries_the_histogram_and_html(tmp_path: Path, capsys: pyt
 
 def test_trace_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
-    from memfit.measure.model import tiny_config
+    from memfit.runtime.build import tiny_config
 
     cfg = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=300)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
@@ -137,7 +137,7 @@ def test_trace_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_measure_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One real point in a fresh process (several seconds): the page shows the measured peak."""
     pytest.importorskip("torch")
-    from memfit.measure.model import tiny_config
+    from memfit.runtime.build import tiny_config
 
     cfg = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)
     (tmp_path / "config.json").write_text(json.dumps(cfg))

@@ -45,8 +45,9 @@ def test_runspec_from_config() -> None:
     assert RunSpec.from_config(FILES / "trl_lora.yaml") == to_spec(import_configs([FILES / "trl_lora.yaml"])).spec
     spec = RunSpec.from_config(FILES / "accelerate_zero3.yaml", FILES / "trl_lora.yaml", seq=512)
     assert (spec.batch, spec.seq, spec.precision) == (2, 512, "bf16")
-    with pytest.raises(memfit.MemfitError, match="unknown run setting sharding"):
-        RunSpec.from_config(FILES / "trl_lora.yaml", sharding="zero3")
+    assert (spec.sharding, spec.gpus) == ("zero3", 8)  # accelerate's DeepSpeed stage 3 over num_processes 8
+    with pytest.raises(memfit.MemfitError, match="unknown run setting packing"):
+        RunSpec.from_config(FILES / "trl_lora.yaml", packing=True)
 
 
 @pytest.mark.slow

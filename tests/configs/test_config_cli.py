@@ -67,7 +67,7 @@ def tiny_run(tmp_path: Path) -> Path:
     """A TRL file naming a tiny local model: full fine-tune, fp32, batch 2 x 64 tokens, no checkpointing."""
     torch = pytest.importorskip("torch")
     del torch
-    from memfit.measure.model import tiny_config
+    from memfit.runtime.build import tiny_config
 
     model = tmp_path / "tiny"
     model.mkdir()

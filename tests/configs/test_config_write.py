@@ -109,7 +109,7 @@ def test_fit_write_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[
     d = json.loads(capsys.readouterr().out)
     assert d["fits"] is True and d["steps"], "the file's run does not fit 16 GiB: the plan has steps"
     final = RunSpec.from_dict(d["final"]["spec"])
-    assert RunSpec.from_config(fixed, gpu=final.gpu) == final
+    assert RunSpec.from_config(fixed) == final
     assert d["written"]["edits"] and {e["field"] for e in d["written"]["edits"]} >= {"micro_batch_size"}
     assert "# memfit: batch" in fixed.read_text()
     assert main(["fit", "--config", str(src), "--gpu", "16GiB", "--batch", "8", "--no-search", "--write",

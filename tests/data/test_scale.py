@@ -43,8 +43,15 @@ def _peak(fn: Callable[[], object]) -> int:
 
 
 @pytest.mark.slow
-def test_lengths_and_pack_python_memory_does_not_grow_with_the_data(tmp_path: Path) -> None:
+def test_lengths_and_pack_python_memory_does_not_grow_with_the_data(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("transformers")
+    import memfit.data.io
+
+    # the Parquet writer buffers one row group (1,024 rows, a constant ~30 MB at 512 tokens); 2,000 records fill
+    # ~600 rows and 16,000 ~4,700, so with the default the small run would not fill a group and the buffer
+    # would read as growth. 64-row groups: both runs hold a full group.
+    monkeypatch.setattr(memfit.data.io, "PARQUET_ROWS_PER_GROUP", 64)
     from memfit.cli import main
     from memfit.data.lengths import analyse_lengths
     from memfit.data.tokenizer import load_tokenizer

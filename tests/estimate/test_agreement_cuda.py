@@ -33,10 +33,10 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
 def test_estimate_matches_cuda_max_allocated(name: str, config: dict[str, Any], spec: RunSpec) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from estimate_harness import run_steps_cuda
+    from memfit.measure.point import measure_point
 
     spec = spec.with_(batch=4, seq=512, device="cuda")
-    measured = run_steps_cuda(config, spec)
+    measured = measure_point(config, spec, device="cuda", steps=0, warmup=0)  # max_memory_allocated, 2 steps
     est = estimate_memory(ModelShape.from_hf_config(config, name=name), spec)
     err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(err) <= 0.05, f"{name}: estimate {est.peak_bytes:,} vs cuda {measured.peak_bytes:,} ({err:+.2%})"

@@ -1,7 +1,7 @@
 """The analytic estimate against real CPU training steps of tiny configs (issue 6's fast subset).
 
 Each row builds the transformers (+ PEFT) model from a config with random weights, runs two training
-steps with the harness in this folder (peak of live storage bytes, saved-for-backward bytes), and
+steps (:func:`memfit.validate.steps.real_steps`: peak of live storage bytes, saved-for-backward bytes), and
 compares with ``estimate_memory`` for the same spec on ``device="cpu"``. Targets: peak within 2% per row
 (issue 6 asks median <= 2%, max <= 5%), saved activations within 2%.
 """
@@ -12,31 +12,32 @@ from typing import Any
 
 import pytest
 
-from memfit.estimate import ModelShape, RunSpec, estimate_memory
+from memfit.estimate import REGISTRY, ModelShape, RunSpec, estimate_memory
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from estimate_harness import run_steps  # noqa: E402
+from memfit.validate.steps import real_steps  # noqa: E402
 
-LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 1000, "max_position_embeddings": 256,
-         "hidden_act": "silu", "tie_word_embeddings": False}
-GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 256,
-        "activation_function": "gelu_new"}
-QWEN2 = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-         "num_key_value_heads": 1, "intermediate_size": 352, "vocab_size": 1500, "max_position_embeddings": 256,
-         "tie_word_embeddings": True, "use_sliding_window": False}
-NEOX = {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-        "intermediate_size": 256, "vocab_size": 1000, "max_position_embeddings": 256, "rotary_pct": 0.25,
-        "use_parallel_residual": True, "hidden_act": "gelu"}
-MIXTRAL = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "intermediate_size": 224, "vocab_size": 1000, "max_position_embeddings": 256,
-           "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False, "sliding_window": None}
 
-OPT = {"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_dim": 256,
-       "vocab_size": 1000, "max_position_embeddings": 256, "word_embed_proj_dim": 64, "activation_function": "relu"}
+def _config(model_type: str, *, heads: int = 4, kv_heads: int | None = None, intermediate: int | None = None,
+            vocab: int = 1000, **extra: Any) -> dict[str, Any]:
+    """2 layers, hidden 64, 256 positions, under the keys the architecture's config class reads."""
+    keys = REGISTRY[model_type].keys.write(layers=2, hidden=64, heads=heads, kv_heads=kv_heads,
+                                           intermediate=intermediate, vocab=vocab, positions=256)
+    return {"model_type": model_type, **keys, **extra}
+
+
+LLAMA = _config("llama", kv_heads=2, intermediate=176, hidden_act="silu", tie_word_embeddings=False)
+GPT2 = _config("gpt2", activation_function="gelu_new")
+QWEN2 = _config("qwen2", kv_heads=1, intermediate=352, vocab=1500, tie_word_embeddings=True, use_sliding_window=False)
+NEOX = _config("gpt_neox", intermediate=256, rotary_pct=0.25, use_parallel_residual=True, hidden_act="gelu")
+MIXTRAL = _config("mixtral", kv_heads=2, intermediate=224, num_local_experts=4, num_experts_per_tok=2,
+                  tie_word_embeddings=False, sliding_window=None)
+OPT = _config("opt", intermediate=256, word_embed_proj_dim=64, activation_function="relu")
+# token embeddings narrower than h (as OPT-350m): project_in / project_out are linears of their own
+OPT_PROJECTED = {**OPT, "word_embed_proj_dim": 32}
 
 # GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
 # embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
@@ -54,6 +55,8 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
     ("opt full fp32 sdpa dropout", OPT, RunSpec(method="full", precision="fp32", attention="sdpa")),
     ("llama lora all-linear fp32 lora-dropout", LLAMA, RunSpec(method="lora", precision="fp32",
                                                                 targets=("all-linear",), lora_dropout=0.1)),
+    # the estimate missed project_in's and project_out's saved inputs (saved bytes -6.4%)
+    ("opt projected full fp32 sdpa", OPT_PROJECTED, RunSpec(method="full", precision="fp32", attention="sdpa")),
 ]
 
 
@@ -61,7 +64,7 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
 def test_estimate_matches_measured_peak(name: str, config: dict[str, Any], spec: RunSpec) -> None:
     torch.set_num_threads(1)
     spec = spec.with_(batch=2, seq=32, device="cpu")
-    measured = run_steps(config, spec, steps=2)
+    measured = real_steps(config, spec, steps=2)
     est = estimate_memory(ModelShape.from_hf_config(config, name=name), spec)
     err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(err) <= 0.02, f"{name}: estimate {est.peak_bytes:,} vs measured {measured.peak_bytes:,} ({err:+.2%})"
@@ -69,3 +72,37 @@ def test_estimate_matches_measured_peak(name: str, config: dict[str, Any], spec:
     if spec.checkpointing == "none":  # with checkpointing the hooks see only what the checkpoints keep
         assert abs(act_err) <= 0.02, f"{name}: saved {est.activation_bytes:,} vs {measured.saved_bytes:,}"
     assert est.peak_phase == measured.peak_phase
+
+
+@pytest.mark.parametrize("model_type", list(REGISTRY))
+def test_every_registered_architecture_matches_a_real_step(model_type: str) -> None:
+    """Each registry entry (so each new one, with no test edited) against two real CPU steps: LoRA on its
+    default targets (or the hint where PEFT has none), fp32, the first attention kernel transformers has for it,
+    transformers' default dropout (GPT-2 and OPT train with it). d = h / a = 16 where the config can say (Gemma's
+    class default, 256, would dwarf a 64-wide model), batch 1."""
+    torch.set_num_threads(1)
+    arch = REGISTRY[model_type]
+    extra: dict[str, Any] = {"head_dim": 16} if arch.keys.kv_heads else {}
+    if arch.layout.moe is not None:
+        extra.update(num_local_experts=4, num_experts_per_tok=2)
+    config = _config(model_type, kv_heads=2, intermediate=128, vocab=300, pad_token_id=0, **extra)
+    targets = arch.lora_targets or tuple(arch.lora_hint.split(","))  # named, as memfit.measure passes them
+    spec = arch.runnable_spec(RunSpec(method="lora", precision="fp32", attention="sdpa", batch=1, seq=32,
+                                      device="cpu", targets=targets))
+    measured = real_steps(config, spec, steps=2)
+    est = estimate_memory(ModelShape.from_hf_config(config, name=model_type), spec)
+    err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
+    assert abs(err) <= 0.02, f"{model_type}: estimate {est.peak_bytes:,} vs {measured.peak_bytes:,} ({err:+.2%})"
+    act_err = (est.activation_bytes - measured.saved_bytes) / measured.saved_bytes
+    gap = KNOWN_GAPS.get(model_type)
+    if abs(act_err) > 0.02 and gap:
+        pytest.xfail(gap)
+    assert abs(act_err) <= 0.02, f"{model_type}: saved {est.activation_bytes:,} vs {measured.saved_bytes:,}"
+
+
+# Gaps of the estimate this test found (all older than the registry), stated so that fixing one turns it green:
+KNOWN_GAPS = {
+    "phi3": "with o_proj adapted on CPU sdpa the real step saves o_proj's input as a storage of its own, a copy "
+            "of the attention output (b*s*a*d*4 B per layer, 8 KiB here) that the estimate takes for a view of the "
+            "kernel's output, as it is for Llama; the peak is still within 2%",
+}

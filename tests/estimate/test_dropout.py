@@ -1,6 +1,6 @@
 """Dropout in the estimate (issue 21, items 1 and 7): the model's own dropout fields and PEFT's lora_dropout.
 
-Hand-worked figures in the docstrings; real CPU steps (``estimate_harness.run_steps``) where the figure is
+Hand-worked figures in the docstrings; real CPU steps (``memfit.validate.steps.real_steps``) where the figure is
 what torch saves.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memfit.errors import MemfitError
-from memfit.estimate import ModelShape, RunSpec, estimate_memory, lookup
+from memfit.estimate import ModelShape, RunSpec, Target, estimate_memory, lookup
 from memfit.estimate.activations import estimate_activations
 from memfit.estimate.shape import DROPOUT_FIELDS
 
@@ -140,11 +140,12 @@ def test_gpt2_t4_verdict_counts_the_dropout() -> None:
     ``memfit trace`` of the same (transformers' GPT-2 on fake tensors, CUDA dropout kernel) peaks at
     14,867,176,960 B.
     """
-    spec = RunSpec(seq=1024, batch=8, attention="eager", gpu="T4")
+    spec = RunSpec(seq=1024, batch=8, attention="eager")
     est = estimate_memory(lookup("gpt2").shape, spec)
     off = estimate_memory(ModelShape.from_hf_config({**lookup("gpt2").config, **NO_GPT2_DROPOUT}), spec)
     assert est.peak_bytes - off.peak_bytes == 12 * (100_663_296 + 201_326_592 + 12_582_912) == 3_774_873_600
-    assert est.fits is False and off.fits is True
+    t4 = Target.resolve("T4")
+    assert not t4.fits(est.peak_bytes, spec.device) and t4.fits(off.peak_bytes, spec.device)
     assert abs(est.peak_bytes - 14_867_176_960) / 14_867_176_960 < 0.0002
 
 
@@ -155,10 +156,11 @@ def _real_step(config: dict[str, Any], spec: RunSpec) -> tuple[Any, Any]:
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
     import torch
-    from estimate_harness import run_steps
+
+    from memfit.validate.steps import real_steps
 
     torch.set_num_threads(1)
-    measured = run_steps(config, spec, steps=2, per_module=True)
+    measured = real_steps(config, spec, steps=2)
     return measured, estimate_memory(ModelShape.from_hf_config(config), spec)
 
 

@@ -25,13 +25,22 @@ def test_rule_of_thumb_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_estimate_cli_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """The lesson's model (L=24, h=2048, 32 heads, 4 KV heads of 64, MLP 5632, V=32,000, untied): P = 2 x
+    65,536,000 (embeddings, lm_head) + 24 x 44,044,288 (q, o 2048x2048; k, v 2048x256; 3 x 2048x5632; two
+    norms) + 2048 = 1,188,136,960. LoRA r16 on q, v: 24 x 16 x ((2048 + 2048) + (2048 + 256)) = 2,457,600
+    fp32 params. At the loss's backward (b=4, s=2048, T=8,192): frozen 2P = 2,376,273,920, adapter 9,830,400,
+    AdamW 19,660,800, logits 3 x T x V x 4 + T x 8 + 4 = 3,145,793,540, inputs 2 x T x 8 = 131,072."""
     code = main(["estimate", "lesson-24x2048", "--batch", "4", "--seq", "2048", "--gpu", "24GiB", "--json"])
     assert code == 0
     d = json.loads(capsys.readouterr().out)
     for key in ("spec", "peak_bytes", "peak_phase", "components", "model_states", "reserved_bytes", "gpu_bytes",
                 "fits"):
         assert key in d
-    assert sum(d["components"].values()) == d["peak_bytes"]
+    c = d["components"]
+    by_hand = {"weights_frozen": 2_376_273_920, "weights_trainable": 9_830_400, "gradients": 0,
+               "optimizer": 19_660_800, "logits": 3_145_793_540, "temporaries": 0, "inputs": 131_072}
+    assert {k: c[k] for k in by_hand} == by_hand and d["peak_moment"] == "backward: loss"
+    assert d["peak_bytes"] == sum(by_hand.values()) + c["activations"]
     assert d["gpu_bytes"] == 24 * 1024**3
     assert d["spec"]["batch"] == 4 and d["spec"]["method"] == "lora"
 

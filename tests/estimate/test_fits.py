@@ -13,7 +13,10 @@ import pytest
 
 from memfit.advise import fit
 from memfit.cli import main
-from memfit.estimate import RunSpec, estimate_memory, resolve_model
+from memfit.errors import MemfitError
+from memfit.estimate import RunSpec, Target, estimate_memory, gpu_table, lookup, resolve_model
+from memfit.estimate.fits import Headroom, smallest_gpu
+from memfit.report.estimate import estimate_json
 
 GIB = 1024**3
 MIB = 1024**2
@@ -26,36 +29,35 @@ def _reserved_by_hand(peak: int) -> int:
 def test_estimate_and_fit_agree_on_the_issue_example() -> None:
     """llama-3.2-1b, batch 2 x seq 3520 on 24 GiB: estimate said "fits, 0.04 GiB spare" (reserved 23.96 GiB
     against the whole card) while fit said "the start does not fit" (peak 22.11 GiB against 90%)."""
-    shape, spec = resolve_model("llama-3.2-1b"), RunSpec(batch=2, seq=3520, gpu="24GiB")
+    shape, spec, target = resolve_model("llama-3.2-1b"), RunSpec(batch=2, seq=3520), Target.resolve("24GiB")
     est = estimate_memory(shape, spec)
     reserved = _reserved_by_hand(est.peak_bytes)
     assert est.reserved_bytes == reserved
     headroom = 24 * GIB - int(24 * GIB * 0.95)
     assert reserved <= 24 * GIB < reserved + headroom  # fits the bare card, not with the 5% kept free
-    report = fit(shape, spec, search=False)
-    assert est.fits is False and report.fits_initially is False
-    assert est.verdict is not None and est.verdict.rule() == report.rule(report.initial_peak_bytes)
+    report = fit(shape, spec, target, search=False)
+    verdict = target.judge(est.peak_bytes, spec.device)
+    assert verdict.fits is False and report.fits_initially is False
+    assert verdict.rule() == report.rule(report.initial_peak_bytes)
 
 
 @pytest.mark.parametrize("seq", range(2048, 4097, 128))
 def test_estimate_and_fit_agree_on_every_sequence_near_the_limit(seq: int) -> None:
-    shape, spec = resolve_model("llama-3.2-1b"), RunSpec(batch=2, seq=seq, gpu="24GiB")
+    shape, spec, target = resolve_model("llama-3.2-1b"), RunSpec(batch=2, seq=seq), Target.resolve("24GiB")
     est = estimate_memory(shape, spec)
-    report = fit(shape, spec, search=False)
+    report = fit(shape, spec, target, search=False)
     by_hand = _reserved_by_hand(est.peak_bytes) + (24 * GIB - int(24 * GIB * 0.95)) <= 24 * GIB
-    assert est.fits is report.fits_initially is by_hand
+    assert target.fits(est.peak_bytes, spec.device) is report.fits_initially is by_hand
 
 
 def test_cpu_judges_the_peak_and_headroom_is_a_flag() -> None:
     shape = resolve_model("llama-3.2-1b")
-    spec = RunSpec(batch=1, seq=512, device="cpu", gpu="8GiB")
+    spec = RunSpec(batch=1, seq=512, device="cpu")
     est = estimate_memory(shape, spec)
     assert est.reserved_bytes == est.peak_bytes  # nothing reserved beyond the live tensors on CPU
-    from memfit.estimate.fits import Headroom
-
-    tight = estimate_memory(shape, spec, headroom=Headroom.parse(f"{8 * GIB - est.peak_bytes}B"))
+    tight = Target.resolve("8GiB", f"{8 * GIB - est.peak_bytes}B").judge(est.peak_bytes, "cpu")
     assert tight.fits is True and tight.spare_bytes == 0
-    over = estimate_memory(shape, spec, headroom=Headroom.parse(f"{8 * GIB - est.peak_bytes + 1}B"))
+    over = Target.resolve("8GiB", f"{8 * GIB - est.peak_bytes + 1}B").judge(est.peak_bytes, "cpu")
     assert over.fits is False and over.spare_bytes == -1
 
 
@@ -97,3 +99,49 @@ def test_check_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", "llama-3.2-1b", "--check"]) == 1  # --check needs --gpu
     assert "--gpu" in capsys.readouterr().err
     assert main(["estimate", "llama-3.2-1b", "--no-such-flag"]) == 2
+
+
+def test_target_budget_by_hand_and_a_headroom_that_leaves_nothing() -> None:
+    """24 GiB = 25,769,803,776 B; 5% kept free: 25,769,803,776 - int(0.95 x 25,769,803,776) = 1,288,490,189 B,
+    so a step may reserve 24,481,313,587 B. 2GiB of headroom on a 1 GiB card leaves nothing: refused."""
+    t = Target.resolve("24GiB")
+    assert (t.gpu.bytes, t.headroom_bytes, t.budget_bytes) == (25_769_803_776, 1_288_490_189, 24_481_313_587)
+    assert Target.resolve("24GiB", "2GiB").budget_bytes == 22 * GIB
+    with pytest.raises(MemfitError, match="--headroom 2.00 GiB leaves nothing of 1GiB"):
+        Target.resolve("1GiB", "2GiB")
+    with pytest.raises(MemfitError, match="unknown GPU"):
+        Target.resolve("H900")
+
+
+def test_smallest_gpu_is_the_first_row_the_rule_accepts() -> None:
+    """By hand over the table: the first GPU (smallest first) with peak + 5% + 768 MiB <= 95% of its bytes."""
+    for peak in (5 * GIB, 14 * GIB, 30 * GIB, 70 * GIB, 2000 * GIB):
+        accepts = [g for g in gpu_table() if _reserved_by_hand(peak) <= g.bytes - (g.bytes - int(g.bytes * 0.95))]
+        expected = accepts[0] if accepts else None
+        assert smallest_gpu(peak, "cuda", Headroom()) == expected
+    assert smallest_gpu(2000 * GIB, "cuda", Headroom()) is None
+    assert smallest_gpu(5 * GIB, "cuda", Headroom()) == gpu_table()[0]
+
+
+def test_estimate_json_carries_the_verdict_keys() -> None:
+    """``memfit estimate --json`` keeps the keys users read: gpu, gpu_bytes, fits, spare_bytes, verdict (None
+    without --gpu); spare = 24 GiB - (reserved + 5% of 24 GiB) by the rule."""
+    est = estimate_memory(lookup("lesson-24x2048").shape, RunSpec())
+    d = estimate_json(est, Target.resolve("24GiB"))
+    assert d["gpu"]["name"] == "24GiB" and d["gpu_bytes"] == 24 * GIB
+    assert d["spare_bytes"] == 24 * GIB - _reserved_by_hand(est.peak_bytes) - 1_288_490_189
+    assert d["fits"] is (d["spare_bytes"] >= 0) and d["verdict"]["need_bytes"] == 24 * GIB - d["spare_bytes"]
+    bare = estimate_json(est, None)
+    assert all(bare[k] is None for k in ("gpu", "gpu_bytes", "fits", "spare_bytes", "verdict"))
+    keys = list(d)
+    assert keys.index("reserved_bytes") + 1 == keys.index("gpu")  # where the verdict keys always were
+
+
+def test_headroom_parse_and_budget() -> None:
+    assert Headroom.parse("10%").budget(24 * GIB) == int(24 * GIB * 0.9)
+    assert Headroom.parse("0.25").budget(80 * GIB) == 60 * GIB
+    assert Headroom.parse("2GiB").budget(24 * GIB) == 22 * GIB
+    assert Headroom.parse("0").budget(1000) == 1000
+    for bad in ("150%", "1.5", "lots"):
+        with pytest.raises(MemfitError, match="--headroom"):
+            Headroom.parse(bad)

@@ -41,11 +41,7 @@ def _peft_count(config: dict, targets: tuple[str, ...], rank: int) -> int:
 
 @pytest.mark.parametrize("name,targets", CASES, ids=[f"{n}-{'+'.join(t) or 'default'}" for n, t in CASES])
 def test_lora_trainable_params_equal_peft(name: str, targets: tuple[str, ...]) -> None:
-    config = dict(lookup(name).config)
-    config["num_hidden_layers"] = 2  # counts scale with layers; 2 keeps model construction fast
-    config.pop("n_layer", None)
-    if config["model_type"] == "gpt2":
-        config["n_layer"] = 2
+    config = _two_layers(name)  # counts scale with layers; 2 keeps model construction fast
     shape = ModelShape.from_hf_config(config)
     spec = RunSpec(method="lora", rank=8, targets=targets)
     assert lora_trainable_params(shape, spec) == _peft_count(config, targets, 8)
@@ -54,9 +50,9 @@ def test_lora_trainable_params_equal_peft(name: str, targets: tuple[str, ...]) -
 # ---- --modules-to-save: PEFT's own name matching, per architecture (issue 21 #6) -------------------------
 
 from memfit.errors import MemfitError  # noqa: E402
+from memfit.estimate.arch import REGISTRY  # noqa: E402
 from memfit.estimate.lora import module_names  # noqa: E402
-from memfit.estimate.shape import SUPPORTED_MODEL_TYPES  # noqa: E402
-from memfit.measure.model import tiny_config  # noqa: E402
+from memfit.runtime.build import tiny_config  # noqa: E402
 
 
 def _meta_model(config: dict) -> object:
@@ -70,9 +66,8 @@ def _meta_model(config: dict) -> object:
 
 
 def _two_layers(name: str) -> dict:
-    config = dict(lookup(name).config)
-    config["n_layer" if config["model_type"] == "gpt2" else "num_hidden_layers"] = 2
-    return config
+    entry = lookup(name)
+    return {**entry.config, entry.shape.arch.keys.layers[0]: 2}
 
 
 MODULE_TREES = [(n, _two_layers(n)) for n in ("gpt2", "opt-1.3b", "pythia-1.4b", "llama-3.2-1b", "mistral-7b",
@@ -91,7 +86,7 @@ def test_module_names_are_those_of_the_real_model(name: str, config: dict) -> No
 
 def test_module_trees_cover_every_architecture() -> None:
     types = {ModelShape.from_hf_config(c).model_type for _, c in MODULE_TREES}
-    assert types == set(SUPPORTED_MODEL_TYPES)
+    assert types == set(REGISTRY)
 
 
 SAVE_CASES = [

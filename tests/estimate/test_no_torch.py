@@ -12,6 +12,8 @@ sys.modules['transformers'] = None
 import memfit.estimate as e
 import memfit.cli  # the CLI module tree must not import torch at start-up either
 assert e.count_params(e.lookup('gpt2').shape).total == 124439808
+est = e.estimate_memory(e.lookup('llama-3.1-8b').shape, e.RunSpec(sharding='zero3', gpus=8))
+assert e.Target.resolve('H100-80GB').fits(est.peak_bytes, 'cuda')
 print('ok')
 """
 

@@ -14,7 +14,7 @@ def test_llama_facts_read_from_config() -> None:
     s = lookup("llama-3.1-8b").shape
     assert (s.n_layers, s.hidden, s.n_heads, s.n_kv_heads, s.head_dim) == (32, 4096, 32, 8, 128)
     assert (s.intermediate, s.vocab, s.tie_embeddings) == (14336, 128256, False)
-    assert (s.norm, s.mlp, s.position, s.activation) == ("rmsnorm", "gated", "rotary", "silu")
+    assert (s.layout.norm, s.layout.mlp, s.layout.position, s.activation) == ("rmsnorm", "gated", "rotary", "silu")
     assert s.rope_theta == 500000.0
 
 
@@ -23,7 +23,7 @@ def test_gpt2_generation_keys() -> None:
     s = ModelShape.from_hf_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4,
                                    "n_positions": 128, "vocab_size": 1000, "activation_function": "gelu_new"})
     assert (s.hidden, s.n_layers, s.n_heads, s.intermediate, s.max_positions) == (64, 3, 4, 256, 128)
-    assert (s.norm, s.position, s.mlp, s.tie_embeddings) == ("layernorm", "learned", "plain", True)
+    assert (s.layout.norm, s.layout.position, s.layout.mlp, s.tie_embeddings) == ("layernorm", "learned", "plain", True)
 
 
 def test_rope_parameters_v5_layout() -> None:
@@ -35,15 +35,16 @@ def test_rope_parameters_v5_layout() -> None:
 
 
 def test_special_architectures() -> None:
-    assert lookup("qwen3-8b").shape.qk_norm
+    assert lookup("qwen3-8b").shape.layout.qk_norm == "head"
     g = lookup("gemma-2-2b").shape
-    assert (g.attn_softcap, g.final_softcap, g.sandwich_norms, g.tie_embeddings) == (50.0, 30.0, True, True)
+    assert (g.attn_softcap, g.final_softcap, g.tie_embeddings) == (50.0, 30.0, True)
+    assert g.layout.post_attn_norm and g.layout.post_mlp_norm  # Gemma 2's sandwich norms
     assert g.activation == "gelu_pytorch_tanh" and g.head_dim == 256
     m = lookup("mixtral-8x7b").shape
     assert (m.n_experts, m.experts_per_token) == (8, 2)
     q = lookup("qwen2.5-0.5b").shape
     assert q.qkv_bias and not q.o_bias
-    assert lookup("phi-3-mini").shape.fused_qkv
+    assert lookup("phi-3-mini").shape.layout.fused_qkv
     n = ModelShape.from_hf_config({"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2,
                                    "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 100,
                                    "rotary_pct": 0.25})
@@ -119,11 +120,11 @@ def test_absent_keys_take_transformers_defaults() -> None:
     """kv heads, head_dim and Mixtral's experts left out of config.json: the values transformers 5.24's config
     classes give them (read from transformers itself, the independent source)."""
     transformers = pytest.importorskip("transformers")
-    from memfit.estimate import SUPPORTED_MODEL_TYPES
+    from memfit.estimate import REGISTRY
 
     checked = 0
-    for t in SUPPORTED_MODEL_TYPES:
-        if t in ("gpt2", "gpt_neox", "opt"):
+    for t, arch in REGISTRY.items():
+        if not arch.keys.kv_heads:  # multi-head only (GPT-2, GPT-NeoX, OPT): no key to default
             continue
         cfg = {"model_type": t, "num_hidden_layers": 1, "hidden_size": 512, "num_attention_heads": 32,
                "intermediate_size": 128, "vocab_size": 256}
@@ -131,10 +132,10 @@ def test_absent_keys_take_transformers_defaults() -> None:
         hf = transformers.AutoConfig.for_model(t, **{k: v for k, v in cfg.items() if k != "model_type"})
         hf_head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         assert (shape.n_kv_heads, shape.head_dim) == (hf.num_key_value_heads, hf_head_dim), t
-        if t == "mixtral":
+        if arch.layout.moe is not None:
             assert (shape.n_experts, shape.experts_per_token) == (hf.num_local_experts, hf.num_experts_per_tok)
         checked += 1
-    assert checked == len(SUPPORTED_MODEL_TYPES) - 3
+    assert checked == sum(1 for a in REGISTRY.values() if a.keys.kv_heads) >= 8
 
 
 def test_heads_must_divide_hidden_exactly_where_transformers_requires_it() -> None:
@@ -142,10 +143,10 @@ def test_heads_must_divide_hidden_exactly_where_transformers_requires_it() -> No
     (config validation or the attention's __init__) and builds the others; the estimate agrees on each."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from memfit.estimate import SUPPORTED_MODEL_TYPES
-    from memfit.measure.model import tiny_config
+    from memfit.estimate import REGISTRY
+    from memfit.runtime.build import tiny_config
 
-    for t in SUPPORTED_MODEL_TYPES:
+    for t in REGISTRY:
         cfg = tiny_config(t, layers=1, hidden=66, heads=4, kv_heads=4, pad_token_id=0)
         try:
             with torch.device("meta"):

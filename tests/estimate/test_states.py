@@ -21,11 +21,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from estimate_harness import _LiveTracker  # noqa: E402
-
-from memfit.measure.model import build_model, tiny_config  # noqa: E402
-from memfit.measure.step import make_optimizer  # noqa: E402
-from memfit.report.agreement import scaled_config  # noqa: E402
+from memfit.runtime.build import build_model, tiny_config  # noqa: E402
+from memfit.runtime.step import make_optimizer  # noqa: E402
+from memfit.runtime.tracker import LiveTensorTracker  # noqa: E402
+from memfit.validate.agreement import scaled_config  # noqa: E402
 
 STATE_CASES: list[tuple[str, dict[str, Any], RunSpec]] = [
     ("llama-tied-gqa full fp32", scaled_config("llama-3.2-1b", 256, 2), RunSpec(method="full", precision="fp32")),
@@ -81,17 +80,14 @@ def test_adafactor_step_temporaries_are_measured(shape: tuple[int, ...], dtype: 
     opt = Adafactor([p], lr=1e-4, scale_parameter=False, relative_step=False, warmup_init=False)
     p.grad = torch.randn(shape).to(dtype)
     opt.step()  # allocates the state
-    tracker = _LiveTracker()
-    for t in [p, p.grad, *opt.state[p].values()]:  # alive before the step: the baseline
-        if isinstance(t, torch.Tensor):
-            tracker.track(t)
-    del t  # the old 0-d RMS: the step replaces it
-    before = tracker.live
+    tracker = LiveTensorTracker()
+    tracker.track_tensors(t for t in [p, p.grad, *opt.state[p].values()] if isinstance(t, torch.Tensor))
+    before = tracker.live_bytes  # alive before the step: the baseline (the old 0-d RMS is replaced by the step)
     with tracker:
         opt.step()
     numel = p.numel()
     # rows + cols: prod(shape[:-1]) + prod(shape[:-2]) * shape[-1]
     factored = (numel // shape[-1] + numel // (shape[-2] * shape[-1]) * shape[-1]) if len(shape) >= 2 else 0
-    assert tracker.peak - before == adafactor_step_bytes(numel, p.element_size(), factored)
+    assert tracker.peak_bytes - before == adafactor_step_bytes(numel, p.element_size(), factored)
     if shape == (300, 64) and dtype == torch.bfloat16:
         assert adafactor_step_bytes(numel, 2, 364) == 308_656

@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memfit.estimate import ModelShape, RunSpec  # noqa: E402
-from memfit.measure.model import build_model, tiny_config  # noqa: E402
 from memfit.measure.point import measure_point  # noqa: E402
-from memfit.measure.sweep import batch_fits  # noqa: E402
+from memfit.measure.regression import peak_vs_batch  # noqa: E402
+from memfit.runtime.build import build_model, tiny_config  # noqa: E402
 
 SMALL = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)
 # deep, narrow, small vocabulary: activations dominate, where the lesson's shape shows
@@ -20,16 +20,15 @@ def test_peak_is_linear_in_batch() -> None:
     spec = RunSpec(method="lora", precision="fp32", device="cpu", seq=32)
     runs = [measure_point(SMALL, spec.with_(batch=b), steps=1) for b in (2, 4, 8)]
     assert all(r.fits for r in runs)
-    (fit,) = batch_fits(runs, ModelShape.from_hf_config(SMALL))
-    assert fit.r2 >= 0.99
-    assert fit.slope_bytes_per_sample > 0
+    (line,) = peak_vs_batch(runs, ModelShape.from_hf_config(SMALL))
+    assert line.r2 >= 0.99
+    assert line.slope_bytes_per_sample > 0
     # the intercept holds at least the model states: every parameter (fp32) plus AdamW's two fp32 moments
     # of the trainable ones, counted here from the model itself
     model = build_model(SMALL, spec)
     weights = sum(p.numel() * 4 for p in model.parameters())
     moments = sum(2 * p.numel() * 4 for p in model.parameters() if p.requires_grad)
-    assert fit.intercept_bytes >= weights + moments
-    assert fit.bytes_per_layer_token_hidden == pytest.approx(fit.slope_bytes_per_sample / (2 * 32 * 64))
+    assert line.intercept_bytes >= weights + moments
 
 
 def test_checkpointing_saves_memory_where_activations_dominate() -> None:
@@ -51,9 +50,7 @@ def test_model_states_by_category_full_adamw_fp32() -> None:
     assert r.by_category["weights_trainable"] == 4 * n  # fp32, every parameter trains
     # the peak comes after the first step, so AdamW's state is alive: 8 B per parameter + a 4-byte step each
     assert r.by_category["optimizer"] == 8 * n + 4 * len(params)
-    assert r.step_seconds is not None and r.step_seconds > 0
-    assert r.tokens_per_second == pytest.approx(16 / r.step_seconds)
-    assert len(r.step_times) == 1
+    assert r.step_seconds is not None and r.step_seconds > 0 and len(r.step_times) == 1
 
 
 def test_lora_trainable_bytes_match_peft() -> None:

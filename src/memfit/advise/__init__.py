@@ -1,42 +1,44 @@
-"""The fit search: which knobs to turn, in which order, for a run to fit a GPU (estimate only, no torch).
+"""The fit advisor: which knobs to turn, in which order, for a run to fit a GPU (estimate only, no torch).
 
-``fit(shape, spec, gpu=...)`` walks the lesson's ordered remedies and searches every knob combination for
-the cheapest fitting configuration; ``shard_peak`` models ZeRO / FSDP per-GPU bytes.
+``fit(shape, spec, target)`` walks the ordered remedies (:data:`REMEDY_ORDER`) and searches every knob
+combination for the cheapest fitting configuration. The per-GPU bytes of ZeRO / FSDP sharding are the
+estimate's (:mod:`memfit.estimate.sharding`); the rule that says "fits" is :class:`memfit.estimate.fits.Target`.
 """
 
-from memfit.advise.costs import Cost, TimeModel, time_model_from_measurement
-from memfit.advise.data import DataProfile
-from memfit.advise.plan import (
-    ACTIONS,
-    LESSON_ORDER,
-    Cheapest,
-    FitReport,
-    FitStep,
-    Headroom,
-    RankLesson,
-    Setup,
-    fit,
-    smallest_gpu,
-)
-from memfit.advise.sharding import SHARDINGS, ShardedPeak, shard_components, shard_peak
+from memfit.advise.cache import PeakCache
+from memfit.advise.costs import Cost, GivesUp, TimeModel, setup_cost, time_model_from_measurement
+from memfit.advise.fit import fit, rank_reduction
+from memfit.advise.ordered import OrderedPlan
+from memfit.advise.profile import DataProfile, LengthStats
+from memfit.advise.remedies import REMEDY_ORDER, Remedy
+from memfit.advise.result import CheapestFit, FitReport, FitStep, Need, RankReduction, Skipped, SkipReason
+from memfit.advise.search import candidates, cheapest_fit, requirements, setup_changes
+from memfit.advise.setup import Setup
 
 __all__ = [
-    "ACTIONS",
-    "LESSON_ORDER",
-    "SHARDINGS",
-    "Cheapest",
+    "REMEDY_ORDER",
+    "CheapestFit",
     "Cost",
     "DataProfile",
     "FitReport",
     "FitStep",
-    "Headroom",
-    "RankLesson",
+    "GivesUp",
+    "LengthStats",
+    "Need",
+    "OrderedPlan",
+    "PeakCache",
+    "RankReduction",
+    "Remedy",
     "Setup",
-    "ShardedPeak",
+    "SkipReason",
+    "Skipped",
     "TimeModel",
+    "candidates",
+    "cheapest_fit",
     "fit",
-    "shard_components",
-    "shard_peak",
-    "smallest_gpu",
+    "rank_reduction",
+    "requirements",
+    "setup_changes",
+    "setup_cost",
     "time_model_from_measurement",
 ]

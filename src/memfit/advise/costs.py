@@ -20,7 +20,7 @@ micro-batch b -> b'    (1 + T0/(b' s)) / (1 + T0/(b s)), T0 = 256 tokens: each m
                        ASSUMED, not measured: small micro-batches lose some GPU utilisation.
 packing                tokens processed packed / padded, the same examples per optimizer step: R rows of s
                        tokens against E examples padded to P0 = mean / (1 - waste_random) tokens each,
-                       R x s / (E x P0) < 1 (:func:`memfit.advise.plan.setup_cost`).
+                       R x s / (E x P0) < 1 (:func:`setup_cost`).
 4-bit base (QLoRA)     1.3, ASSUMED: NF4 weights are dequantised on every forward and backward.
 ZeRO-3 / FSDP full     1.1, ASSUMED: 1.5x the communication of data parallelism (Rajbhandari et al. 2020,
                        arXiv:1910.02054); ZeRO-1/2 move as much as DDP's all-reduce (1.0).
@@ -51,10 +51,15 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from memfit.advise.profile import DataProfile
+from memfit.advise.setup import Setup
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape
+
+GivesUp = Literal["nothing", "time", "task", "quality", "capacity"]
+"""What a change gives up, in the lesson's order of reluctance (``nothing`` first)."""
 
 FWD_BWD_RATIO = 2.0  # backward FLOPs / forward FLOPs (two matmuls per forward matmul)
 CHECKPOINT_FACTOR_MODEL = (1.0 + FWD_BWD_RATIO + 1.0) / (1.0 + FWD_BWD_RATIO)  # 4/3: one extra forward
@@ -193,7 +198,7 @@ class Cost:
                 round(self.truncation, 6), round(self.time_factor, 6))
 
     @property
-    def gives_up(self) -> str:
+    def gives_up(self) -> GivesUp:
         """``time`` | ``task`` | ``quality`` | ``capacity``: the worst thing given up."""
         if self.rank_halvings > 0:
             return "capacity"
@@ -212,3 +217,33 @@ class Cost:
             "full_to_adapter": self.full_to_adapter,
             "truncation": self.truncation,
         }
+
+
+def setup_cost(initial: Setup, setup: Setup, *, time_model: TimeModel, data: DataProfile | None) -> Cost:
+    """What ``setup`` gives up against ``initial`` (module docstring).
+
+    Step time: checkpointing's factor; the rows per optimizer step R and micro-steps R/b, time ~ R*s0 +
+    (R/b)*T0 (the user's sequence counted as 1.0, T0 the micro-step overhead); packing processes s tokens per
+    row against the user's padded P0 = mean / (1 - waste_random); a 4-bit base and ZeRO-3 their factors.
+    """
+    s0, s = initial.spec, setup.spec
+    time = time_model.checkpointing(s.checkpointing) / time_model.checkpointing(s0.checkpointing)
+    t0 = time_model.micro_step_overhead_tokens
+    rows0 = s0.batch * s0.grad_accum
+    rows = s.batch * s.grad_accum
+    work = float(rows)  # in the user's rows: an unpacked row processes what the user's rows did
+    if setup.packing and not initial.packing and data is not None:
+        # a packed row processes s tokens; one of the user's padded rows P0 = mean / (1 - waste_random)
+        work = rows * s.seq / data.padded_tokens_per_example(s0.batch, s0.seq)
+    time *= (work * s0.seq + (rows / s.batch) * t0) / (rows0 * s0.seq + (rows0 / s0.batch) * t0)
+    if s.method == "qlora" and s0.method != "qlora":
+        time *= time_model.qlora_factor
+    if s.sharding == "zero3" and s0.sharding != "zero3":
+        time *= time_model.zero3_factor
+    halvings = math.log2(s0.rank / s.rank) if s0.is_adapter and s.rank < s0.rank else 0.0
+    if s.seq < s0.seq:
+        truncation = (data.truncated_share(s.seq) - data.truncated_share(s0.seq)) if data else 1.0 - s.seq / s0.seq
+    else:
+        truncation = 0.0
+    return Cost(time_factor=time, rank_halvings=halvings, quantised=s.method == "qlora" and s0.method != "qlora",
+                full_to_adapter=s0.method == "full" and s.method != "full", truncation=max(0.0, truncation))

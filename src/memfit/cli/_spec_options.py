@@ -1,12 +1,14 @@
 """The run-spec flags, declared once and added to every command that takes a spec.
 
-``@spec_options`` extends a command's signature with ``--method``, ``--rank`` ... ``--gpu`` and
+``@spec_options`` extends a command's signature with ``--method``, ``--rank`` ... ``--sharding``, ``--gpus`` and
 ``--config FILE`` (repeatable: the user's training configs, :mod:`memfit.configs`), and hands the command a
 validated :class:`~memfit.estimate.spec.RunSpec` as ``spec``: memfit's defaults, then the config files (later
 files win), then the flags given on the command line (found by click's parameter source). Commands that
 sweep a flag (``measure --batch 1,2,4``) declare that flag themselves and pass ``exclude=("batch",)``; a
 config's value fills it when the flag is not given. ``consumes`` names settings RunSpec has no field for
-that the command takes as its own option (``fit --gpus``). A command with a ``config_import`` parameter
+that the command takes as its own option. The GPU a run is judged against is not part of the run: commands
+that judge one declare ``--gpu`` (:data:`GpuFlag`) and ``--headroom`` and build a
+:class:`~memfit.estimate.fits.Target` with :func:`target_from_options`. A command with a ``config_import`` parameter
 receives the :class:`~memfit.configs.SpecImport` (or None), for the import table and ``--json``; one whose
 MODEL argument is left out gets the model the config names.
 """
@@ -23,6 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from memfit.errors import MemfitError
+from memfit.estimate.fits import Target
 from memfit.estimate.spec import RunSpec, parse_targets
 
 _P = inspect.Parameter
@@ -50,8 +53,11 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "padding_mask": (bool, typer.Option("--padding-mask/--no-padding-mask",
                                         help="batches carry a padding attention mask")),
     "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (fused linear cross-entropy)")),
-    "gpu": (str, typer.Option("--gpu", help="a GPU name (memfit gpus) or a size with its unit: 24GiB (1024^3 B, "
-                              "as nvidia-smi counts), 80GB (10^9 B); a bare number such as 24 is refused")),
+    "sharding": (str, typer.Option("--sharding", help="none | zero1 | zero2 | zero3: ZeRO stage the model states are "
+                                   "sharded with over --gpus (FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3); "
+                                   "figures are then per GPU")),
+    "gpus": (int, typer.Option("--gpus", help="data-parallel GPUs (the world size); with --sharding the model "
+                               "states are divided over them, and fit may shard")),
 }
 
 # Flags that act only in some runs: given explicitly anywhere else, they would be silently ignored, so the
@@ -102,7 +108,21 @@ HeadroomFlag = Annotated[str | None, typer.Option(
     "size (2GiB); default 5%. Fits = reserved (peak + allocator + CUDA context) + headroom <= the GPU")]
 CheckFlag = Annotated[bool, typer.Option(
     "--check", help="exit code 3 when the run does not fit (0 when it fits), for launch scripts; needs --gpu")]
+GpuFlag = Annotated[str | None, typer.Option(
+    "--gpu", help="a GPU name (memfit gpus) or a size with its unit: 24GiB (1024^3 B, as nvidia-smi counts), "
+    "80GB (10^9 B); a bare number such as 24 is refused")]
 EXIT_DOES_NOT_FIT = 3  # documented in README (exit codes)
+
+
+def target_from_options(gpu: str | None, headroom: str | None, *, check: bool = False) -> Target | None:
+    """The :class:`Target` of ``--gpu`` and ``--headroom`` (None without ``--gpu``); ``--check`` and
+    ``--headroom`` judge a fit, so they need ``--gpu``."""
+    if gpu is None:
+        if check or headroom is not None:
+            raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name "
+                              "from memfit gpus, or a size such as 24GiB)")
+        return None
+    return Target.resolve(gpu, headroom)
 
 
 
@@ -191,8 +211,6 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
             default = getattr(_DEFAULTS, name)
             if name in ("targets", "modules_to_save"):
                 default, typ = None, str | None
-            if name == "gpu":
-                typ = str | None
             added.append(_P(name, _P.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]))
         added.append(_P("config", _P.KEYWORD_ONLY, default=None, annotation=Annotated[list[str] | None, CONFIG_OPTION]))
         context = _P(_CTX, _P.KEYWORD_ONLY, default=None, annotation=typer.Context)  # typer injects it

@@ -15,14 +15,17 @@ from memfit.cli._spec_options import (
     EXIT_DOES_NOT_FIT,
     SPEC_OPTIONS,
     CheckFlag,
+    GpuFlag,
     HeadroomFlag,
     explicit_flags,
     spec_options,
+    target_from_options,
 )
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, estimate_memory, resolve_model, rule_of_thumb_activation_bytes
 from memfit.report import console, print_config_import, print_json
 from memfit.report.estimate import (
+    estimate_json,
     estimate_table,
     explain_table,
     gpus_rows,
@@ -66,6 +69,7 @@ def estimate_command(
     hidden: Annotated[int | None, typer.Option("--hidden", help="h for --rule-of-thumb without a model")] = None,
     html: HtmlOption = None,
     force: ForceOption = False,
+    gpu: GpuFlag = None,
     headroom: HeadroomFlag = None,
     check: CheckFlag = False,
     *,
@@ -74,14 +78,13 @@ def estimate_command(
 ) -> None:
     """Predict the peak memory of one training step of MODEL and where every byte goes. With --gpu, whether
     it fits: reserved (peak + allocator + CUDA context) + headroom <= the GPU, the rule memfit fit uses too.
-    Exit codes: 0 an answer, 1 bad input, 2 usage, 3 does not fit (with --check)."""
-    from memfit.estimate.fits import Headroom
-
+    With --sharding zero1|zero2|zero3 --gpus N (DeepSpeed ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD =
+    zero3) every figure is per GPU. Exit codes: 0 an answer, 1 bad input, 2 usage, 3 does not fit (with --check)."""
     if rule_of_thumb and html is not None:
         raise MemfitError("--html draws the full estimate: drop --rule-of-thumb (its one figure needs no chart)")
     check_html(html, force)
     if rule_of_thumb:
-        unused = sorted(explicit_flags([*SPEC_OPTIONS, "headroom", "check", "explain"]) - {"batch", "seq"})
+        unused = sorted(explicit_flags([*SPEC_OPTIONS, "gpu", "headroom", "check", "explain"]) - {"batch", "seq"})
         if unused:
             flags = ", ".join("--" + n.replace("_", "-") for n in unused)
             raise MemfitError(f"--rule-of-thumb is L*b*s*h*20 from --batch, --seq and --layers/--hidden (or a "
@@ -104,13 +107,11 @@ def estimate_command(
     if (layers is not None or hidden is not None):
         raise MemfitError("--layers and --hidden are for --rule-of-thumb; with a MODEL they come from its config: "
                           "drop them")
-    if spec.gpu is None and (check or headroom is not None):
-        raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
-                          "memfit gpus, or a size such as 24GiB)")
-    est = estimate_memory(resolve_model(model), spec, headroom=Headroom.parse(headroom))
-    write_html(html, "estimate", est.to_dict(), force)
+    target = target_from_options(gpu, headroom, check=check)
+    est = estimate_memory(resolve_model(model), spec)
+    write_html(html, "estimate", estimate_json(est, target), force)
     if json_out:
-        out = est.to_dict()
+        out = estimate_json(est, target)
         if config_import is not None:
             out["config_import"] = config_import.to_json()
         print_json(out)
@@ -121,8 +122,8 @@ def estimate_command(
         console.print(rule_of_thumb_line(est), highlight=False)
         if explain:
             console.print(explain_table(est))
-        console.print(verdict(est), highlight=False)
-    if check and est.fits is False:
+        console.print(verdict(est, target), highlight=False)
+    if check and target is not None and not target.fits(est.peak_bytes, spec.device):
         raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 

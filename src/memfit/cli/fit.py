@@ -7,7 +7,7 @@ import typer
 
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
-from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, GpuFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
 from memfit.report import console, print_config_import, print_json
@@ -16,12 +16,11 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output"
 
 
 @app.command("fit")
-@spec_options(consumes=("gpus",))
+@spec_options()
 def fit_command(
     model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
                                                 "Hub id; or the model a --config names")] = None,
-    gpus: Annotated[int, typer.Option("--gpus", help="data-parallel GPUs: allows ZeRO-1/2/3 (FSDP) sharding; "
-                                      "peaks are then per GPU")] = 1,
+    gpu: GpuFlag = None,
     headroom: HeadroomFlag = None,
     data: Annotated[str | None, typer.Option("--data", help="training data (JSONL, JSON, CSV, Parquet, "
                                              "save_to_disk dir): sequence step uses its p95 and packing")] = None,
@@ -49,20 +48,22 @@ def fit_command(
     """Make a run fit: the lesson's order of remedies (checkpointing, micro-batch + accumulation, shorter
     sequence, 4-bit base, lower rank), each with the estimate after it, the bytes saved and what it costs;
     then the cheapest fitting configuration over every knob. Fits = reserved + headroom <= the GPU, the rule
-    memfit estimate prints. Sizes in GiB = 1024^3 bytes. Exit codes: 0 an answer, 1 bad input, 2 usage,
-    3 the run as given does not fit (with --check)."""
-    from memfit.advise import DataProfile, Headroom, fit, time_model_from_measurement
+    memfit estimate prints. With --gpus N > 1 peaks are per GPU and ZeRO-1/2/3 (FSDP) sharding is weighed.
+    Sizes in GiB = 1024^3 bytes. Exit codes: 0 an answer, 1 bad input, 2 usage, 3 the run as given does not
+    fit (with --check)."""
+    from memfit.advise import DataProfile, fit, time_model_from_measurement
+    from memfit.estimate.fits import Target
     from memfit.report.fit import fit_json, fit_table
 
     check_html(html, force)
-    if spec.gpu is None:
+    if gpu is None:
         raise MemfitError("memfit fit needs --gpu: a GPU name (memfit gpus) or a size such as 24GiB")
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     if write is not None and config_import is None:
         raise MemfitError("--write writes into a copy of your training config: pass it with --config")
     shape = resolve_model(model)
-    room = Headroom.parse(headroom)
+    target = Target.resolve(gpu, headroom)
     time_model = time_model_from_measurement(measurement, shape=shape, device=spec.device) if measurement else None
     profile = None
     fields = {"--text": text, "--prompt": prompt, "--completion": completion, "--messages": messages}
@@ -88,7 +89,7 @@ def fit_command(
 
         profile = DataProfile.from_length_report(report, padding_at=padding_at)
     if json_out:
-        result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search)
+        result = fit(shape, spec, target, time_model=time_model, data=profile, search=search)
         out = fit_json(result)
         if config_import is not None:
             out["config_import"] = config_import.to_json()
@@ -103,8 +104,7 @@ def fit_command(
     from memfit.progress import progress_bar
 
     with progress_bar("searching configurations", unit="configurations") as bar:
-        result = fit(shape, spec, gpus=gpus, headroom=room, time_model=time_model, data=profile, search=search,
-                     progress=bar.update)
+        result = fit(shape, spec, target, time_model=time_model, data=profile, search=search, progress=bar.update)
     write_html(html, "fit", fit_json(result), force)
     console.print(fit_table(result))
     if write is not None:
@@ -118,8 +118,9 @@ def fit_command(
 
 def _write(result: Any, config_import: Any, path: str, force: bool) -> Any:
     """``--write``: the ordered plan's changes into a copy of the user's training config."""
-    from memfit.advise.plan import setup_changes
+    from memfit.advise import setup_changes
     from memfit.configs import write_fixed
+    from memfit.units import BYTES_PER_GIB
 
     if not result.fits:
         raise MemfitError(f"the plan does not fit on {result.gpu.name}: nothing written to {path}")
@@ -128,9 +129,9 @@ def _write(result: Any, config_import: Any, path: str, force: bool) -> Any:
     source = (trainers or files)[0]
     # the planned run against what the file says: the plan's steps and the flags given on the command line
     written, final = config_import.file_spec.to_dict(), result.final.spec.to_dict()
-    changes = {k: (written[k], v) for k, v in final.items() if v != written[k] and k != "gpu"}
+    changes = {k: (written[k], v) for k, v in final.items() if v != written[k]}
     plan = setup_changes(result.initial, result.final)
-    changes.update({k: tuple(plan[k]) for k in ("sharding", "packing") if k in plan})
+    changes.update({k: tuple(plan[k]) for k in ("packing",) if k in plan})
     settings = config_import.imported.settings
     if settings.get("seq_unbounded") and "seq" not in settings:  # max_seq_len null: write the length planned for
         changes["seq"] = (None, final["seq"])
@@ -139,7 +140,7 @@ def _write(result: Any, config_import: Any, path: str, force: bool) -> Any:
     for i, step in enumerate(result.steps, 1):
         for name, (old, new) in setup_changes(previous, step.setup).items():
             reasons[name] = (f"{name} {old} -> {new}, fit step {i} ({step.action}): peak "
-                             f"{step.peak_bytes / 1024**3:.2f} GiB on {result.gpu.name}")
+                             f"{step.peak_bytes / BYTES_PER_GIB:.2f} GiB on {result.gpu.name}")
         previous = step.setup
-    after = {**result.final.spec.to_dict(), "sharding": result.final.sharding, "packing": result.final.packing}
+    after = {**result.final.spec.to_dict(), "packing": result.final.packing}
     return write_fixed(source.path, source.kind, changes, reasons, after, config_import.imported, path, force=force)

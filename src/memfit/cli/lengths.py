@@ -21,7 +21,7 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output"
 
 
 @app.command("lengths")
-@spec_options(exclude=("batch", "seq", "gpu"))
+@spec_options(exclude=("batch", "seq"))
 def lengths_command(
     data: Annotated[str, typer.Argument(help="JSONL (.jsonl.gz), JSON, CSV, Parquet, or a save_to_disk directory")],
     tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer directory, tokenizer.json, "
@@ -58,7 +58,7 @@ def lengths_command(
         raise MemfitError("memfit lengths measures the data and judges no GPU: ask memfit fit MODEL --gpu 24GiB "
                           "--data DATA --tokenizer T whether (and how) the run fits")
     if model is None:
-        given = sorted(explicit_flags([n for n in SPEC_OPTIONS if n not in ("batch", "seq", "gpu")]))
+        given = sorted(explicit_flags([n for n in SPEC_OPTIONS if n not in ("batch", "seq")]))
         if given:
             flags = ", ".join("--" + n.replace("_", "-") for n in given)
             one = len(given) == 1

@@ -60,7 +60,7 @@ def pick_device(device: str | None) -> str:
 
 
 @app.command("measure")
-@spec_options(exclude=("batch", "seq", "checkpointing", "device", "gpu"))
+@spec_options(exclude=("batch", "seq", "checkpointing", "device"))
 def measure_command(
     model: Annotated[str | None, typer.Argument(help="catalogue name, config.json path or a directory with one, or a "
                                                 "Hub id; or the model a --config names")] = None,
@@ -102,6 +102,10 @@ def measure_command(
                           "CPU), or ask memfit estimate / trace MODEL --gpu whether the run fits a GPU")
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
+    if spec.sharding != "none":
+        raise MemfitError(f"memfit measure runs one process's steps, unsharded; --sharding {spec.sharding} (from the "
+                          f"flag or a --config) is modelled by memfit estimate ... --sharding {spec.sharding} --gpus "
+                          f"{spec.gpus}: use that, or pass --sharding none to measure one full replica")
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
     for values, name in ((batches, "batch"), (seqs, "seq")):  # measure's own lists: the spec's limits
@@ -125,7 +129,7 @@ def measure_command(
     check_modules_to_save(ModelShape.from_hf_config(config), spec)  # before any worker builds the model
     dev = pick_device(device)
     spec = spec.with_(device=dev, batch=batches[0], seq=seqs[0], checkpointing=modes[0])
-    from memfit.measure.model import check_spec
+    from memfit.runtime.build import check_spec
 
     check_spec(spec, dev)
     max_positions = config.get("max_position_embeddings") or config.get("n_positions")

@@ -12,7 +12,14 @@ import typer
 from memfit.cli._app import app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
-from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, HeadroomFlag, spec_options
+from memfit.cli._spec_options import (
+    EXIT_DOES_NOT_FIT,
+    CheckFlag,
+    GpuFlag,
+    HeadroomFlag,
+    spec_options,
+    target_from_options,
+)
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
 from memfit.report import console, print_config_import, print_json
@@ -28,6 +35,7 @@ def trace_command(
                                                 "Hub id; or the model a --config names")] = None,
     json_out: JsonFlag = False,
     top: Annotated[int, typer.Option("--top", help="rows of the per-module table (0: fold them all)")] = 15,
+    gpu: GpuFlag = None,
     headroom: HeadroomFlag = None,
     check: CheckFlag = False,
     html: HtmlOption = None,
@@ -45,19 +53,13 @@ def trace_command(
     quiet_third_party(verbose)
     from dataclasses import replace
 
-    from memfit.estimate.fits import Headroom
-
     if top < 0:
         raise MemfitError(f"--top {top}: the per-module table takes 0 rows or more (0 folds them all into one)")
-    if spec.gpu is None and (check or headroom is not None):
-        raise MemfitError(f"{'--check' if check else '--headroom'} judges the fit on a GPU: add --gpu (a name from "
-                          "memfit gpus, or a size such as 24GiB)")
-    room = Headroom.parse(headroom)
-    if spec.gpu is not None:  # a bad --gpu or --headroom fails now, before the trace
-        from memfit.estimate.fits import judge_fit
-        from memfit.estimate.gpus import resolve_gpu
-
-        judge_fit(0, spec.device, resolve_gpu(spec.gpu), room)
+    target = target_from_options(gpu, headroom, check=check)  # a bad --gpu or --headroom fails before the trace
+    if spec.sharding != "none":
+        raise MemfitError(f"memfit trace runs one process's step, unsharded; --sharding {spec.sharding} (from the "
+                          f"flag or a --config) is modelled by memfit estimate ... --sharding {spec.sharding} --gpus "
+                          f"{spec.gpus}: use that, or pass --sharding none to trace one full replica")
     require_extra("torch", "torch")
     require_extra("transformers", "torch")
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
@@ -69,7 +71,7 @@ def trace_command(
     check_html(html, force)
     config = load_config(model)
     check_trace_config(config, spec)
-    estimate = _estimate(model, spec, room)
+    estimate = _estimate(model, spec, target)
     from memfit.progress import interactive, progress_bar
 
     # trace reports its phases by name (trace_step's progress callback): the bar counts them; no phase reports
@@ -83,7 +85,7 @@ def trace_command(
             bar.update(len(seen) - 1, TRACE_PHASES)
 
         result = trace_step(config, spec, name=model, progress=on_phase)
-    result = replace(result, headroom=room)
+    result = replace(result, target=target)
     write_html(html, "trace", trace_json(result, estimate), force)
     if json_out:
         out = trace_json(result, estimate)
@@ -121,11 +123,12 @@ def load_config(model: str) -> dict[str, Any]:
     return config
 
 
-def _estimate(model: str, spec: RunSpec, headroom: Any = None) -> Any:
+def _estimate(model: str, spec: RunSpec, target: Any = None) -> Any:
     """The analytic estimate for the same spec, shown beside the trace (None if it cannot be made)."""
     try:
         from memfit.estimate import estimate_memory, resolve_model
+        from memfit.report.estimate import estimate_json
 
-        return estimate_memory(resolve_model(model), spec, headroom=headroom).to_dict()
+        return estimate_json(estimate_memory(resolve_model(model), spec), target)
     except Exception:  # the trace stands on its own; the estimate column is a comparison
         return None

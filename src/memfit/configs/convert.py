@@ -1,9 +1,15 @@
 """From an :class:`~memfit.configs.result.ImportedRun` to a :class:`~memfit.estimate.spec.RunSpec`.
 
 A setting whose name is a RunSpec field goes in as is; ``method`` and ``precision`` are derived; any
-other setting (``sharding``, ``gpus``, ``packing``, ``eval_batch``, ``optimizer_impl``, ...) is reported NOT
-MODELLED until RunSpec has a field of that name -- then it flows in with no change here (the field set is
-read from RunSpec itself), unless a caller consumes it (``accepts``: ``fit`` takes ``gpus``).
+other setting (``packing``, ``eval_batch``, ``optimizer_impl``, ...) is reported NOT MODELLED until RunSpec
+has a field of that name -- then it flows in with no change here (the field set is read from RunSpec
+itself), unless a caller consumes it (``accepts``).
+
+``sharding`` (DeepSpeed's ``zero_optimization.stage``, FSDP's sharding strategy: FULL_SHARD = zero3,
+SHARD_GRAD_OP = zero2) and ``gpus`` (accelerate's ``num_processes``, the world size) are RunSpec fields. A
+ZeRO stage divides the model states over the world size, which a DeepSpeed or Trainer file alone does not
+name (the launcher does): without one (or with one process) the stage is reported NOT MODELLED with the
+fix (``--gpus N``) and the run is estimated unsharded.
 
 ``precision`` from the dtype the model is loaded in and the autocast dtype:
 
@@ -129,14 +135,38 @@ def to_spec(imported: ImportedRun, *, base: RunSpec | None = None, explicit: Map
         values["targets"] = tuple(values["targets"])
     if "modules_to_save" in values:
         values["modules_to_save"] = tuple(values["modules_to_save"])
-    file_spec = _build(base or RunSpec(), values, imported)
-    spec = file_spec.with_(**explicit) if explicit else file_spec
-    rows = _final_rows(imported, settings, fields, accepts, explicit, spec, precision, method)
-    unused = {k: v for k, v in settings.items() if k not in fields and k not in DERIVED_INPUTS and k not in NOT_SPEC}
+    base = base or RunSpec()
+    held = _held_sharding(values, explicit, base)
+    stage, file_world = values.get("sharding", "none"), values.get("gpus", base.gpus)
+    # the files' stage needs the files' world size; without one it waits for --gpus (or is held back)
+    waits = stage != "none" and file_world == 1
+    file_spec = _build(base, {k: v for k, v in values.items() if not (k == "sharding" and waits)}, imported)
+    late: dict[str, Any] = {}
+    if stage != "none" and "sharding" not in explicit:
+        if held and not waits:
+            late["sharding"] = "none"  # --gpus 1 over the files' world size
+        elif waits and not held:
+            late["sharding"] = stage  # --gpus N gives the world size the files' stage shards over
+    spec = file_spec.with_(**late, **explicit) if explicit or late else file_spec
+    rows = _final_rows(imported, settings, fields, accepts, explicit, spec, precision, method, held)
+    unused = {k: v for k, v in settings.items()
+              if (k not in fields or k in held) and k not in DERIVED_INPUTS and k not in NOT_SPEC}
     model = imported.model.value if imported.model else None
     return SpecImport(spec=spec, file_spec=file_spec, imported=imported, rows=rows, model=model,
-                      applied={k: v for k, v in values.items() if k not in explicit}, unused=unused)
+                      applied={k: v for k, v in values.items() if k not in explicit and k not in held}, unused=unused)
 
+
+def _held_sharding(values: Mapping[str, Any], explicit: Mapping[str, Any], base: RunSpec) -> dict[str, str]:
+    """A ZeRO stage from the files that has no world size to shard over (none given, or one process): held
+    back with the reason, so the run is estimated unsharded (an explicit --sharding is the user's and stays)."""
+    stage = values.get("sharding", "none")
+    world = explicit.get("gpus", values.get("gpus", base.gpus))
+    if stage == "none" or "sharding" in explicit or world != 1:
+        return {}
+    if "gpus" in values or "gpus" in explicit:
+        return {"sharding": f"{stage} over one process shards nothing: estimated unsharded"}
+    return {"sharding": f"{stage} divides the model states over the world size, which these files do not name: "
+                        f"pass --gpus N to estimate per GPU (estimated unsharded)"}
 
 def _build(base: RunSpec, values: dict[str, Any], imported: ImportedRun) -> RunSpec:
     """RunSpec(values), naming the file and line of a value RunSpec refuses."""
@@ -162,12 +192,15 @@ def _derived_row(imported: ImportedRun, name: str) -> ConfigRow | None:
 
 def _final_rows(imported: ImportedRun, settings: Mapping[str, Any], fields: frozenset[str], accepts: Collection[str],
                 explicit: Mapping[str, Any], spec: RunSpec, precision: str | None,
-                method: str | None) -> tuple[ConfigRow, ...]:
+                method: str | None, held: Mapping[str, str]) -> tuple[ConfigRow, ...]:
     out = []
     for row in imported.rows:
         name = row.setting
         if row.status != "setting" or name is None or name in NOT_SPEC:
             out.append(row)
+            continue
+        if name in held:
+            out.append(replace(row, status="NOT MODELLED", note=_join(row.note, held[name])))
             continue
         target = DERIVED_INPUTS.get(name, name)
         if target not in fields and name not in accepts:

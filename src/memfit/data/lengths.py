@@ -31,7 +31,7 @@ from memfit.data.padding import PaddingReport, padding_report
 from memfit.data.records import Skipped
 from memfit.data.tokenizer import SpecialTokens
 from memfit.errors import MemfitError
-from memfit.estimate.constants import IGNORE_INDEX, SEQ_MULTIPLE
+from memfit.estimate.constants import IGNORE_INDEX, seq_round_up
 from memfit.progress import ProgressCallback
 
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ def length_report(
         raise MemfitError(f"{source or 'the data'} has no examples to measure")
     srt = np.sort(lens)
     pct = {f"p{p}": nearest_rank_percentile(srt, p) for p in PERCENTILES}
-    recommended = SEQ_MULTIPLE * math.ceil(pct["p95"] / SEQ_MULTIPLE)
+    recommended = seq_round_up(pct["p95"])
     loss = loss_cut = None
     if examples is not None and mode != "text":
         loss = sum(e.loss_tokens for e in examples)

@@ -9,33 +9,47 @@ import types as _types
 from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
-from memfit.estimate.budget import Explanation, MemoryEstimate, estimate_memory
+from memfit.estimate.arch import REGISTRY, Architecture, BlockLayout
+from memfit.estimate.budget import MemoryEstimate, estimate_memory
 from memfit.estimate.catalogue import CatalogueEntry, catalogue, lookup, resolve_config, resolve_model
+from memfit.estimate.category import Category
+from memfit.estimate.config_file import read_config_file
+from memfit.estimate.explain import Explanation, explain_estimate
+from memfit.estimate.fits import FitVerdict, Headroom, Target
 from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu, smallest_fitting_gpu
 from memfit.estimate.lora import adapted_linears, lora_trainable_params
+from memfit.estimate.moments import Moment
 from memfit.estimate.params import ParamCount, count_params
-from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, Linear, ModelShape, Norm, read_config_file, validate_config
+from memfit.estimate.shape import Linear, ModelShape, Norm, validate_config
 from memfit.estimate.spec import RunSpec, parse_targets
 from memfit.estimate.states import ModelStates, model_states
 
 __all__ = [
-    "SUPPORTED_MODEL_TYPES",
+    "REGISTRY",
+    "Architecture",
+    "BlockLayout",
     "ActivationBytes",
     "CatalogueEntry",
+    "Category",
     "Explanation",
+    "FitVerdict",
     "GpuSpec",
+    "Headroom",
     "Linear",
     "MemoryEstimate",
     "ModelShape",
     "ModelStates",
+    "Moment",
     "Norm",
     "ParamCount",
     "RunSpec",
+    "Target",
     "adapted_linears",
     "catalogue",
     "count_params",
     "estimate_activations",
     "estimate_memory",
+    "explain_estimate",
     "gpu_table",
     "lookup",
     "lora_trainable_params",

@@ -27,10 +27,13 @@ With checkpointing, A(blocks) is the kept segment inputs (plus the (b, 1, s, s) 
 eager attention passes to every checkpointed block), and each backward moment adds the activations of
 the one segment being recomputed (its own input is the checkpoint, counted once).
 
-Checked against real CPU steps (``bench/bench_estimate.py``, ``tests/estimate/test_agreement_fast.py``):
-when the loss is the peak (real vocabularies), the estimate matches to a few kB; when a block's backward
-is the peak (small vocabularies, long sequences, eager attention), within about 1.5%: the replay does not
-model every backward temporary (e.g. transposed copies inside bmm backward).
+Each moment is a typed :class:`~memfit.estimate.moments.Moment` (phase, label, bytes by
+:class:`~memfit.estimate.category.Category`); the peak is the largest. With ``spec.sharding`` over
+``spec.gpus`` GPUs every moment is taken per GPU first (:mod:`memfit.estimate.sharding`), so the peak,
+its components and ``reserved_bytes`` are one GPU's. Checked against real CPU steps
+(``bench/bench_estimate.py``, ``tests/estimate/test_agreement_fast.py``; the figures are in
+bench/RESULTS.md): the replay does not model every backward temporary (e.g. transposed copies inside bmm
+backward), which shows when a block's backward is the peak.
 
 ``reserved_bytes`` (CUDA only) adds what ``torch.cuda.memory_reserved`` and ``nvidia-smi`` show on top:
 the caching allocator rounds each block to 512 B and carves 2 MiB / 20 MiB segments, which with
@@ -46,83 +49,51 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
+from memfit.estimate.category import Category
+from memfit.estimate.constants import INT64_BYTES
 from memfit.estimate.fits import (
     ALLOCATOR_OVERHEAD_BYTES,
     ALLOCATOR_OVERHEAD_FRACTION,
     CUDA_CONTEXT_BYTES,
-    FitVerdict,
-    Headroom,
-    judge_fit,
     reserved_bytes,
 )
-from memfit.estimate.gpus import GpuSpec, resolve_gpu
+from memfit.estimate.moments import Moment, peak_moment
 from memfit.estimate.shape import ModelShape
+from memfit.estimate.sharding import ShardedPeak, shard_moments
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
 
-INT64 = 8
-__all__ = ["ALLOCATOR_OVERHEAD_BYTES", "ALLOCATOR_OVERHEAD_FRACTION", "COMPONENT_KEYS", "CUDA_CONTEXT_BYTES",
-           "Explanation", "MemoryEstimate", "estimate_memory"]
+__all__ = ["ALLOCATOR_OVERHEAD_BYTES", "ALLOCATOR_OVERHEAD_FRACTION", "CUDA_CONTEXT_BYTES", "MemoryEstimate",
+           "budget_of", "estimate_memory", "reserved_bytes", "step_moments"]
 
-COMPONENT_KEYS = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "activations", "logits",
-                  "temporaries", "inputs")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Explanation:
-    """One line of ``--explain``: a component, its formula in symbols, the formula with numbers, bytes."""
-
-    component: str
-    formula: str
-    numbers: str
-    bytes: int
+W_FROZEN, W_TRAIN, GRADS, OPT = (Category.WEIGHTS_FROZEN, Category.WEIGHTS_TRAINABLE, Category.GRADIENTS,
+                                 Category.OPTIMIZER)
+ACTS, LOGITS, TEMPS, INPUTS = Category.ACTIVATIONS, Category.LOGITS, Category.TEMPORARIES, Category.INPUTS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MemoryEstimate:
-    """The analytic memory budget of one training step (integer bytes throughout)."""
+    """The analytic memory budget of one training step (integer bytes throughout; per GPU when sharded).
+
+    Whether it fits a GPU is judged apart, by :class:`memfit.estimate.fits.Target`."""
 
     spec: RunSpec
     shape: ModelShape
     peak_bytes: int
     peak_phase: str  # "forward" | "backward" | "optimizer"
-    peak_moment: str  # e.g. "backward: loss (log-softmax gradient)"
-    components: dict[str, int]  # alive at the peak; sums to peak_bytes
-    model_states: ModelStates
+    peak_moment: str  # the peak moment's label, e.g. "backward: loss"
+    components: dict[Category, int]  # alive at the peak, every booked category in Category order
+    model_states: ModelStates  # full sizes (one replica), whatever the sharding
     activations: ActivationBytes
     activation_bytes: int  # everything the forward saves for backward (weights excluded)
-    moments: dict[str, int]  # every candidate moment of the step and its live bytes
+    moments: tuple[Moment, ...]  # every candidate moment of the step, in step order
     reserved_bytes: int  # CUDA: what the caching allocator reserves + context (see module docstring)
-    gpu: GpuSpec | None
     rule_of_thumb_bytes: int
-    headroom: Headroom = Headroom()
+    sharded: ShardedPeak | None = None  # what spec.sharding did to the peak (None without sharding)
 
     @property
     def model(self) -> str:
         return self.shape.name
-
-    @property
-    def gpu_bytes(self) -> int | None:
-        return self.gpu.bytes if self.gpu else None
-
-    @property
-    def verdict(self) -> FitVerdict | None:
-        """:mod:`memfit.estimate.fits`' rule on ``--gpu`` (None without one)."""
-        if self.gpu is None:
-            return None
-        return judge_fit(self.peak_bytes, self.spec.device, self.gpu, self.headroom)
-
-    @property
-    def fits(self) -> bool | None:
-        """Whether reserved + headroom fits the GPU (None without --gpu)."""
-        v = self.verdict
-        return None if v is None else v.fits
-
-    @property
-    def spare_bytes(self) -> int | None:
-        """GPU bytes left beyond reserved + headroom (negative: short by that much); None without --gpu."""
-        v = self.verdict
-        return None if v is None else v.spare_bytes
 
     @property
     def per_layer(self) -> dict[str, int]:
@@ -135,54 +106,59 @@ class MemoryEstimate:
         out["peak/total"] = self.peak_bytes
         out.update(self.model_states.breakdown())
         out.update(self.activations.breakdown())
-        out.update({f"moments/{k}": v for k, v in self.moments.items()})
+        out.update({f"moments/{m.label}": m.total for m in self.moments})
         out["reserved"] = self.reserved_bytes
         return out
 
-    def explain(self) -> tuple[Explanation, ...]:
-        """The formula and the numbers behind each component (computed on demand)."""
-        from memfit.estimate.explain import explain_estimate
-
-        return explain_estimate(self.shape, self)
-
     def to_dict(self) -> dict[str, Any]:
+        """The estimate's JSON; ``memfit estimate --json`` adds the verdict on ``--gpu``
+        (:func:`memfit.estimate.fits.verdict_fields`)."""
         return {
             "model": self.model,
             "spec": self.spec.to_dict(),
             "peak_bytes": self.peak_bytes,
             "peak_phase": self.peak_phase,
             "peak_moment": self.peak_moment,
-            "components": dict(self.components),
+            "components": {str(k): v for k, v in self.components.items()},
             "model_states": self.model_states.to_dict(),
             "activation_bytes": self.activation_bytes,
             "activations_per_layer": self.per_layer,
-            "moments": dict(self.moments),
+            "moments": [m.to_dict() for m in self.moments],
             "reserved_bytes": self.reserved_bytes,
-            "gpu": self.gpu.to_dict() if self.gpu else None,
-            "gpu_bytes": self.gpu_bytes,
-            "fits": self.fits,
-            "spare_bytes": self.spare_bytes,
-            "verdict": None if self.verdict is None else self.verdict.to_dict(),
+            "sharding": None if self.sharded is None else self.sharded.to_dict(),
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
             "trainable_params": self.model_states.trainable_params,
         }
 
 
-def estimate_memory(shape: ModelShape, spec: RunSpec, *, headroom: Headroom | None = None) -> MemoryEstimate:
-    """Predict the peak memory of one training step of ``shape`` under ``spec``; see the module docstring.
-    ``headroom`` (default 5% of the GPU) enters only the verdict against ``spec.gpu``."""
-    gpu = resolve_gpu(spec.gpu) if spec.gpu else None
-    headroom = headroom or Headroom()
-    if gpu is not None:
-        judge_fit(0, spec.device, gpu, headroom)  # a headroom that leaves nothing of the GPU: say so now
+def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
+    """Predict the peak memory of one training step of ``shape`` under ``spec`` (per GPU with
+    ``spec.sharding``); see the module docstring."""
     st = model_states(shape, spec)
     act = estimate_activations(shape, spec)
+    return budget_of(shape, spec, st, act, step_moments(shape, spec, st, act))
+
+
+def budget_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: ActivationBytes,
+              moments: tuple[Moment, ...]) -> MemoryEstimate:
+    """The estimate whose step holds ``moments`` (one replica's): sharded per ``spec``, the peak picked."""
+    per_gpu, sharded = shard_moments(moments, shape, spec)
+    top = peak_moment(per_gpu)
+    rot = rule_of_thumb_activation_bytes(shape.n_layers, spec.batch, spec.seq, shape.hidden)
+    return MemoryEstimate(
+        spec=spec, shape=shape, peak_bytes=top.total, peak_phase=top.phase, peak_moment=top.label,
+        components=top.components(), model_states=st, activations=act, activation_bytes=act.total,
+        moments=per_gpu, reserved_bytes=reserved_bytes(top.total, spec.device), rule_of_thumb_bytes=rot,
+        sharded=sharded,
+    )
+
+
+def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: ActivationBytes) -> tuple[Moment, ...]:
+    """The candidate moments of one replica's step, in step order (the module docstring's table)."""
     T = spec.batch * spec.seq
-    O = st.optimizer  # noqa: E741
-    inputs = 2 * T * INT64  # input_ids and labels
-    base = {"weights_frozen": st.weights_frozen, "weights_trainable": st.weights_trainable,
-            "optimizer": O, "inputs": inputs}
-    Vf = act.logits_fp32
+    inputs = 2 * T * INT64_BYTES  # input_ids and labels
+    base = {W_FROZEN: st.weights_frozen, W_TRAIN: st.weights_trainable, OPT: st.optimizer, INPUTS: inputs}
+    Vf = act.loss_workspace
     blocks = act.layers
     other_saved = act.shared + act.embedding
     seg = act.segment
@@ -191,18 +167,18 @@ def estimate_memory(shape: ModelShape, spec: RunSpec, *, headroom: Headroom | No
     G = st.gradients
     g_head = st.grads_head + st.grads_other
     g_layers = st.grads_per_layer * n
-
-    moments: dict[str, dict[str, int]] = {}
     acts_fwd = blocks + other_saved + act.head
-    # forward, at the loss: logits in the compute dtype + fp32 copy + log-softmax output
-    moments["forward: loss"] = {**base, "activations": acts_fwd,
-                                "logits": act.logits_bytes + (Vf if act.logits_bytes != Vf else 0) + act.loss}
-    # backward at the loss: log-softmax output + its gradient + the gradient of the logits (fp32)
-    moments["backward: loss"] = {**base, "activations": acts_fwd, "logits": act.loss + 2 * Vf}
-    # backward through lm_head: grad of logits (compute dtype) + lm_head weight grad
-    moments["backward: lm_head"] = {**base, "activations": acts_fwd,
-                                    "logits": act.logits_bytes + (Vf if act.logits_bytes != Vf else 0),
-                                    "gradients": st.grads_head}
+    upcast = act.logits_bytes + (Vf if act.logits_bytes != Vf else 0)  # logits + their fp32 copy
+    out = [
+        # forward, at the loss: logits in the compute dtype + fp32 copy + log-softmax output
+        Moment(phase="forward", label="forward: loss",
+               parts={**base, ACTS: acts_fwd, LOGITS: upcast + act.loss}),
+        # backward at the loss: log-softmax output + its gradient + the gradient of the logits (fp32)
+        Moment(phase="backward", label="backward: loss", parts={**base, ACTS: acts_fwd, LOGITS: act.loss + 2 * Vf}),
+        # backward through lm_head: grad of logits (compute dtype) + lm_head weight grad
+        Moment(phase="backward", label="backward: lm_head",
+               parts={**base, ACTS: acts_fwd, LOGITS: upcast, GRADS: st.grads_head}),
+    ]
     # backward of the last block: the other blocks' saved tensors (or the checkpoints, plus the segment
     # being recomputed) + the block's own backward (saved + gradients at its widest op)
     if act.plain_blocks:
@@ -218,33 +194,21 @@ def estimate_memory(shape: ModelShape, spec: RunSpec, *, headroom: Headroom | No
         others = blocks - act.per_layer
         last_grads = st.grads_per_layer
     bwd_per = act.backward_per if n > 1 else act.backward_first
-    moments["backward: last block"] = {**base, "activations": others + other_saved,
-                                       "gradients": g_head + last_grads,
-                                       "temporaries": bwd_per + resid_grad}
+    out.append(Moment(phase="backward", label="backward: last block",
+                      parts={**base, ACTS: others + other_saved, GRADS: g_head + last_grads,
+                             TEMPS: bwd_per + resid_grad}))
     # backward of the first block: its own backward + every block's gradients
     first_others = act.layer_input - act.input_saved if seg and not spec.offload else 0
     if act.plain_blocks:
         first_others = 0  # block 0 is never the k-th: it kept everything, nothing else is left
     elif seg and seg > 1:
         first_others += (min(seg, n) - 1) * act.per_layer
-    moments["backward: first block"] = {**base, "activations": first_others + other_saved,
-                                        "gradients": g_head + g_layers,
-                                        "temporaries": act.backward_first + resid_grad}
+    out.append(Moment(phase="backward", label="backward: first block",
+                      parts={**base, ACTS: first_others + other_saved, GRADS: g_head + g_layers,
+                             TEMPS: act.backward_first + resid_grad}))
     # end of backward: embedding gradient (tied: the embedding backward's result is added in place)
     tied_extra = st.grads_embed if (shape.tie_embeddings and spec.method == "full") else 0
-    moments["backward: embeddings"] = {**base, "gradients": G, "temporaries": tied_extra}
-    moments["optimizer: step"] = {**base, "gradients": G, "temporaries": optimizer_temporaries(st, spec)}
-
-    totals = {k: sum(v.values()) for k, v in moments.items()}
-    peak_key = max(totals, key=lambda k: totals[k])
-    comps = dict.fromkeys(COMPONENT_KEYS, 0)
-    comps.update(moments[peak_key])
-    peak = sum(comps.values())
-    reserved = reserved_bytes(peak, spec.device)
-    rot = rule_of_thumb_activation_bytes(shape.n_layers, spec.batch, spec.seq, shape.hidden)
-    return MemoryEstimate(
-        spec=spec, shape=shape, peak_bytes=peak, peak_phase=peak_key.split(":")[0],
-        peak_moment=peak_key, components=comps, model_states=st, activations=act,
-        activation_bytes=act.total, moments=totals, reserved_bytes=reserved, gpu=gpu,
-        rule_of_thumb_bytes=rot, headroom=headroom,
-    )
+    out.append(Moment(phase="backward", label="backward: embeddings", parts={**base, GRADS: G, TEMPS: tied_extra}))
+    out.append(Moment(phase="optimizer", label="optimizer: step",
+                      parts={**base, GRADS: G, TEMPS: optimizer_temporaries(st, spec)}))
+    return tuple(out)

@@ -14,7 +14,8 @@ from typing import Any
 
 from memfit.errors import MemfitError
 from memfit.estimate import hub
-from memfit.estimate.shape import ModelShape, read_config_file
+from memfit.estimate.config_file import read_config_file
+from memfit.estimate.shape import ModelShape
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,6 +15,16 @@ IGNORE_INDEX = -100  # the label torch.nn.functional.cross_entropy and transform
 
 SEQ_MULTIPLE = 64  # memfit proposes sequence lengths in multiples of 64 tokens (lengths, fit)
 
+
+def seq_round_up(tokens: int) -> int:
+    """``tokens`` rounded up to a multiple of :data:`SEQ_MULTIPLE`, at least one multiple.
+
+    >>> seq_round_up(4000), seq_round_up(4032), seq_round_up(0)
+    (4032, 4032, 64)
+    """
+    return SEQ_MULTIPLE * max(1, -(-tokens // SEQ_MULTIPLE))
+
+
 RULE_OF_THUMB_BYTES = 20
 """LESSON.txt: activations ~ n_layers * batch * seq_len * hidden * ~20 bytes for a bf16 block."""
 

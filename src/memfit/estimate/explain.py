@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from memfit.estimate.budget import MemoryEstimate
 from memfit.estimate.params import count_params
-from memfit.estimate.shape import ModelShape
-
-if TYPE_CHECKING:
-    from memfit.estimate.budget import Explanation, MemoryEstimate
 
 
-def explain_estimate(shape: ModelShape, est: MemoryEstimate) -> tuple[Explanation, ...]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Explanation:
+    """One line of ``--explain``: a component, its formula in symbols, the formula with numbers, bytes."""
+
+    component: str
+    formula: str
+    numbers: str
+    bytes: int
+
+
+def explain_estimate(est: MemoryEstimate) -> tuple[Explanation, ...]:
     """One line per component: symbols, numbers, bytes."""
-    from memfit.estimate.budget import Explanation
-
-    spec, st, act = est.spec, est.model_states, est.activations
+    shape, spec, st, act = est.shape, est.spec, est.model_states, est.activations
     b, s, h, L, V = spec.batch, spec.seq, shape.hidden, shape.n_layers, shape.vocab
     P = count_params(shape).total
-    w, c = spec.weight_bytes, spec.compute_bytes
+    w = spec.weight_bytes
     out = []
     if spec.method == "full":
         out.append(Explanation(component="weights_trainable", formula="P x bytes(weight dtype)",
@@ -58,14 +63,13 @@ def explain_estimate(shape: ModelShape, est: MemoryEstimate) -> tuple[Explanatio
     if spec.loss == "chunked":
         out.append(Explanation(component="logits", formula="C x V x 4 per chunk of C rows (fused linear "
                                "cross-entropy; d(hidden) b x s x h kept instead)",
-                               numbers=f"{act.logits_fp32 // (4 * V):,} x {V:,} x 4", bytes=act.logits_fp32))
+                               numbers=f"{act.loss_workspace // (4 * V):,} x {V:,} x 4", bytes=act.loss_workspace))
     else:
         out.append(Explanation(component="logits", formula="b x s x V x 4 (fp32 log-softmax; x3 at backward start)",
-                               numbers=f"{b} x {s} x {V:,} x 4", bytes=act.logits_fp32))
+                               numbers=f"{b} x {s} x {V:,} x 4", bytes=act.loss_workspace))
     out.append(Explanation(component="rule of thumb", formula="L x b x s x h x 20 (the lesson)",
                            numbers=f"{L} x {b} x {s} x {h} x 20", bytes=est.rule_of_thumb_bytes))
     out.append(Explanation(component="peak", formula=f"alive at {est.peak_moment}",
                            numbers=" + ".join(f"{k} {v:,}" for k, v in est.components.items() if v),
                            bytes=est.peak_bytes))
-    del c
     return tuple(out)

@@ -1,5 +1,8 @@
 """Whether a run fits a GPU: the one rule that ``estimate``, ``trace`` and ``fit`` all apply and print.
 
+The GPU is not part of the run (:class:`~memfit.estimate.spec.RunSpec`): a :class:`Target` (a GPU and the
+headroom kept free on it) judges a step's peak, in every command.
+
 ::
 
     need  = reserved                      (--device cuda)
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import MemfitError
-from memfit.estimate.gpus import GpuSpec
+from memfit.estimate.gpus import GpuSpec, resolve_gpu, smallest_fitting_gpu
 from memfit.units import BYTES_PER_GIB, BYTES_PER_MIB, parse_size
 
 CUDA_CONTEXT_BYTES = 512 * BYTES_PER_MIB  # assumed: CUDA context + cuBLAS/cuDNN workspaces
@@ -151,13 +154,62 @@ class FitVerdict:
                 "need_bytes": self.need_bytes, "spare_bytes": self.spare_bytes}
 
 
-def judge_fit(peak_bytes: int, device: str, gpu: GpuSpec, headroom: Headroom | None = None) -> FitVerdict:
-    """Whether a step with ``peak_bytes`` of live tensors fits ``gpu`` (module docstring)."""
-    headroom = headroom or Headroom()
-    if headroom.bytes_of(gpu.bytes) >= gpu.bytes:
-        raise MemfitError(f"--headroom {headroom.describe()} leaves nothing of {gpu.name} "
-                          f"({_gib(gpu.bytes)}): lower it")
-    return FitVerdict(gpu=gpu, device=device, peak_bytes=peak_bytes, headroom=headroom)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Target:
+    """What a step is judged against: a GPU and the headroom kept free on it (module docstring).
+
+    >>> t = Target.resolve("24GiB")
+    >>> t.budget_bytes, t.fits(20 * 1024**3, "cuda"), t.fits(22 * 1024**3, "cuda")
+    (24481313587, True, False)
+    """
+
+    gpu: GpuSpec
+    headroom: Headroom = Headroom()
+
+    @classmethod
+    def resolve(cls, gpu: str | GpuSpec, headroom: Headroom | str | float | None = None) -> Target:
+        """The target of ``--gpu`` and ``--headroom``; a headroom that leaves nothing of the GPU is refused."""
+        spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(gpu)
+        room = headroom if isinstance(headroom, Headroom) else Headroom.parse(headroom)
+        target = cls(gpu=spec, headroom=room)
+        if target.budget_bytes <= 0:
+            raise MemfitError(f"--headroom {room.describe()} leaves nothing of {spec.name} "
+                              f"({_gib(spec.bytes)}): lower it")
+        return target
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.headroom.bytes_of(self.gpu.bytes)
+
+    @property
+    def budget_bytes(self) -> int:
+        """The most a step may reserve: the GPU's bytes less the headroom."""
+        return self.headroom.budget(self.gpu.bytes)
+
+    def judge(self, peak_bytes: int, device: str) -> FitVerdict:
+        """The rule applied to a step with ``peak_bytes`` of live tensors on ``device``."""
+        return FitVerdict(gpu=self.gpu, device=device, peak_bytes=peak_bytes, headroom=self.headroom)
+
+    def fits(self, peak_bytes: int, device: str) -> bool:
+        return self.judge(peak_bytes, device).fits
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu.to_dict(), "headroom": self.headroom.to_dict(), "budget_bytes": self.budget_bytes}
+
+
+def smallest_gpu(peak_bytes: int, device: str, headroom: Headroom) -> GpuSpec | None:
+    """The smallest GPU of the bundled table on which a step of ``peak_bytes`` fits with ``headroom``."""
+    return smallest_fitting_gpu(lambda g: Target(gpu=g, headroom=headroom).fits(peak_bytes, device))
+
+
+def verdict_fields(target: Target | None, peak_bytes: int, device: str) -> dict[str, Any]:
+    """The verdict keys every engine's JSON carries: ``gpu``, ``gpu_bytes``, ``fits``, ``spare_bytes`` and
+    ``verdict`` (all None without a target)."""
+    if target is None:
+        return {"gpu": None, "gpu_bytes": None, "fits": None, "spare_bytes": None, "verdict": None}
+    v = target.judge(peak_bytes, device)
+    return {"gpu": target.gpu.to_dict(), "gpu_bytes": target.gpu.bytes, "fits": v.fits,
+            "spare_bytes": v.spare_bytes, "verdict": v.to_dict()}
 
 
 def _gib(n: int) -> str:

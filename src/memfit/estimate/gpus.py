@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -109,9 +110,14 @@ def resolve_gpu(text: str) -> GpuSpec:
                       "80GB also works")
 
 
-def smallest_fitting_gpu(n_bytes: int) -> GpuSpec | None:
-    """The smallest bundled GPU with at least ``n_bytes``, or None when none has enough."""
+def smallest_fitting_gpu(fits: Callable[[GpuSpec], bool]) -> GpuSpec | None:
+    """The smallest bundled GPU for which ``fits(gpu)``, or None when none does (the rule itself is
+    :meth:`memfit.estimate.fits.Target.fits`; :func:`memfit.estimate.fits.smallest_gpu` applies it).
+
+    >>> smallest_fitting_gpu(lambda g: g.bytes >= 40 * 1024**3).bytes >= 40 * 1024**3
+    True
+    """
     for g in gpu_table():
-        if g.bytes >= n_bytes:
+        if fits(g):
             return g
     return None

@@ -24,8 +24,9 @@ Naming them one by one in ``--targets`` is an error (PEFT matches module names, 
 *ends with* a given name, as plain strings (``key.endswith(name)``: ``wte`` matches ``transformer.wte``, and so
 does ``te``), and silently wraps nothing when no name matches. memfit resolves the names against the module
 names transformers 5.24 really gives each architecture (:func:`module_names`; a test compares them with
-``named_modules()`` of the real models), so a name no module has is an error in all three engines. The token
-embedding and the output layer are the modules the estimate models (:func:`saved_modules`)::
+``named_modules()`` of the real models), so a name no module has is an error in all three engines; the names
+are the registry's (:class:`~memfit.estimate.arch.ModuleNames`). The token embedding and the output layer are
+the modules the estimate models (:func:`saved_modules`)::
 
     gpt2      transformer.wte               lm_head
     opt       model.decoder.embed_tokens    lm_head
@@ -44,7 +45,8 @@ from functools import cache
 from typing import Literal
 
 from memfit.errors import MemfitError
-from memfit.estimate.shape import DEFAULT_LORA_TARGETS, Linear, ModelShape
+from memfit.estimate.arch import REGISTRY
+from memfit.estimate.shape import Linear, LinearRole, ModelShape
 from memfit.estimate.spec import ALL_LINEAR, RunSpec
 
 _TOP_MODULES = ("embed_tokens", "lm_head")
@@ -57,25 +59,26 @@ def block_linears(shape: ModelShape) -> tuple[Linear, ...]:
 
 
 @cache
-def block_linears_by_path(shape: ModelShape) -> dict[str, Linear]:
-    return {lin.path: lin for lin in shape.linears()}
+def block_linears_by_role(shape: ModelShape) -> dict[LinearRole, Linear]:
+    """The block's linears keyed by what they compute (``"q"``, ``"gate_up"``, ``"experts_down"`` ...)."""
+    return {lin.role: lin for lin in shape.linears()}
 
 
 def default_lora_targets(model_type: str) -> tuple[str, ...]:
-    """PEFT's default LoRA targets for ``model_type``; a MemfitError naming --targets where PEFT has none."""
-    targets = DEFAULT_LORA_TARGETS.get(model_type)
-    if targets is None:
-        hint = "qkv_proj,o_proj" if model_type == "phi3" else "q_proj,v_proj"
-        raise MemfitError(f"PEFT has no default LoRA targets for {model_type}: pass --targets {hint} "
+    """PEFT's default LoRA targets for ``model_type`` (:attr:`Architecture.lora_targets
+    <memfit.estimate.arch.Architecture.lora_targets>`); a MemfitError naming --targets where PEFT has none."""
+    arch = REGISTRY.get(model_type)
+    if arch is None:
+        raise MemfitError(f"PEFT has no default LoRA targets for {model_type}: pass --targets q_proj,v_proj "
                           "(or all-linear)")
-    return targets
+    return arch.default_lora_targets()
 
 
 def lora_targets(shape: ModelShape, spec: RunSpec) -> tuple[str, ...]:
     """The target names in effect: ``spec.targets`` or PEFT's default for the architecture."""
     if spec.targets:
         return spec.targets
-    return default_lora_targets(shape.model_type)
+    return shape.arch.default_lora_targets()
 
 
 def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
@@ -109,7 +112,7 @@ def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
 def lora_rank(lin: Linear, rank: int) -> int:
     """The adapter's inner width on ``lin``: r, r*E on fused experts, 2*r*E on the fused gate_up experts."""
     if lin.experts > 1:
-        return rank * lin.experts * (2 if lin.path.endswith("gate_up_proj") else 1)
+        return rank * lin.experts * (2 if lin.role == "experts_gate_up" else 1)
     return rank
 
 
@@ -137,38 +140,16 @@ class SavedModule:
         return self.rows * self.cols
 
 
-_BLOCK_EXTRAS: dict[str, tuple[str, ...]] = {  # parameter-free submodules of a block (activations, dropouts)
-    "gpt2": ("attn.attn_dropout", "attn.resid_dropout", "mlp.act", "mlp.dropout"),
-    "opt": ("activation_fn",),
-    "gpt_neox": ("post_attention_dropout", "post_mlp_dropout", "mlp.act"),
-    "phi3": ("mlp.activation_fn", "resid_attn_dropout", "resid_mlp_dropout"),
-    "mixtral": ("mlp.experts.act_fn",),
-}
-
-
-def _layers_prefix(shape: ModelShape) -> str:
-    return {"gpt2": "transformer.h", "opt": "model.decoder.layers", "gpt_neox": "gpt_neox.layers"}.get(
-        shape.model_type, "model.layers")
-
-
 def _top_modules(shape: ModelShape) -> tuple[str, ...]:
-    """The modules outside the decoder blocks, as transformers 5.24 names them."""
-    t = shape.model_type
-    if t == "gpt2":
-        return ("transformer", "transformer.wte", "transformer.wpe", "transformer.drop", "transformer.h",
-                "transformer.ln_f", "lm_head")
-    if t == "opt":
-        out = ["model", "model.decoder", "model.decoder.embed_tokens", "model.decoder.embed_positions",
-               "model.decoder.layers", "lm_head"]
-        if shape.embed_proj_dim:
-            out += ["model.decoder.project_out", "model.decoder.project_in"]
-        if shape.final_norm:
-            out.append("model.decoder.final_layer_norm")
-        return tuple(out)
-    if t == "gpt_neox":
-        return ("gpt_neox", "gpt_neox.embed_in", "gpt_neox.emb_dropout", "gpt_neox.layers",
-                "gpt_neox.final_layer_norm", "gpt_neox.rotary_emb", "lm_head")
-    return ("model", "model.embed_tokens", "model.layers", "model.norm", "model.rotary_emb", "lm_head")
+    """The modules outside the decoder blocks, as transformers 5.24 names them (the architecture's
+    ``ModelNames.outside``, less a final norm or embedding projections this config does not have)."""
+    names = shape.arch.names.model
+    absent = set()
+    if not shape.final_norm:
+        absent.add(names.final_norm)
+    if not shape.embed_proj_dim:
+        absent.update(names.projections)
+    return tuple(n for n in names.outside if n not in absent)
 
 
 @cache
@@ -181,19 +162,17 @@ def module_names(shape: ModelShape) -> tuple[str, ...]:
         parts = path.split(".")
         for i in range(1, len(parts) + (0 if path in params else 1)):
             block.add(".".join(parts[:i]))
-    block.update(_BLOCK_EXTRAS.get(shape.model_type, () if shape.model_type in ("gpt2", "opt", "gpt_neox")
-                                   else ("mlp.act_fn",)))
-    prefix = _layers_prefix(shape)
+    block.update(shape.arch.names.block.extras)
+    prefix = shape.arch.names.model.layers
     layers = [f"{prefix}.{i}{'.' + p if p else ''}" for i in range(shape.n_layers) for p in sorted(block | {""})]
     return _top_modules(shape) + tuple(layers)
 
 
 def embedding_modules(shape: ModelShape) -> tuple[SavedModule, SavedModule]:
     """The token embedding and the output layer: the modules the estimate models under ``--modules-to-save``."""
-    embed = {"gpt2": "transformer.wte", "opt": "model.decoder.embed_tokens", "gpt_neox": "gpt_neox.embed_in"}.get(
-        shape.model_type, "model.embed_tokens")
-    return (SavedModule(path=embed, role="embed", rows=shape.vocab, cols=shape.embed_dim),
-            SavedModule(path="lm_head", role="head", rows=shape.vocab, cols=shape.embed_dim))
+    names = shape.arch.names.model
+    return (SavedModule(path=names.embed, role="embed", rows=shape.vocab, cols=shape.embed_dim),
+            SavedModule(path=names.head, role="head", rows=shape.vocab, cols=shape.embed_dim))
 
 
 def unknown_modules_message(unknown: list[str], model_type: str, examples: list[str]) -> str:

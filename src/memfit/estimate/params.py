@@ -71,9 +71,9 @@ def count_params(shape: ModelShape) -> ParamCount:
     embed = shape.vocab * shape.embed_dim
     by_kind["embed_tokens"] = embed
     positions = 0
-    if shape.position == "learned":
-        # OPT keeps 2 extra rows (its position ids start at an offset of 2).
-        rows = shape.max_positions + (2 if shape.model_type == "opt" else 0)
+    if shape.layout.position == "learned":
+        # plus the architecture's offset rows (OPT's position ids start at 2: max_positions + 2 rows)
+        rows = shape.max_positions + shape.layout.position_offset
         positions = rows * shape.hidden
         by_kind["embed_positions"] = positions
     other = 0
@@ -82,7 +82,7 @@ def count_params(shape: ModelShape) -> ParamCount:
         by_kind["project_in"] = by_kind["project_out"] = shape.embed_proj_dim * shape.hidden
     final_norm = 0
     if shape.final_norm:
-        final_norm = shape.hidden * (2 if shape.norm_bias else 1)
+        final_norm = shape.hidden * (2 if shape.layout.norm_bias else 1)
         by_kind["final_norm"] = final_norm
     lm_head = 0 if shape.tie_embeddings else shape.vocab * shape.embed_dim
     if lm_head:

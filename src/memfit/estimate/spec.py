@@ -35,6 +35,7 @@ Checkpointing = Literal["none", "full", "every-k", "sqrt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Device = Literal["cuda", "cpu"]
 Loss = Literal["standard", "chunked"]
+Sharding = Literal["none", "zero1", "zero2", "zero3"]  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
 
 ALL_LINEAR = "all-linear"
 
@@ -46,6 +47,9 @@ class RunSpec:
     ``targets`` is a tuple of module names (``("q_proj", "v_proj")``), ``("all-linear",)`` as PEFT means
     it (every linear layer but the output layer), or empty for PEFT's default for the architecture.
     ``checkpoint_every`` is k for ``checkpointing="every-k"`` (checkpoint one block in k).
+    ``gpus`` is the data-parallel world size and ``sharding`` the ZeRO stage the model states are sharded
+    over it with (:mod:`memfit.estimate.sharding`); the estimate's figures are then per GPU. The GPU the run
+    is judged against is not part of the run (:class:`memfit.estimate.fits.Target`).
     """
 
     method: Method = "lora"
@@ -67,7 +71,8 @@ class RunSpec:
     device: Device = "cuda"
     padding_mask: bool = False
     loss: Loss = "standard"
-    gpu: str | None = None
+    sharding: Sharding = "none"
+    gpus: int = 1
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -77,14 +82,16 @@ class RunSpec:
         _check_choice("attention", self.attention, Attention)
         _check_choice("device", self.device, Device)
         _check_choice("loss", self.loss, Loss)
-        for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every"):
+        _check_choice("sharding", self.sharding, Sharding)
+        for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if not 0.0 <= self.lora_dropout < 1.0:
             raise MemfitError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
-        if self.method == "qlora" and self.precision in ("fp32", "mixed-fp16", "fp16"):
-            pass  # allowed: compute dtype follows precision
+        if self.sharding != "none" and self.gpus == 1:
+            raise MemfitError(f"--sharding {self.sharding} shards the model states over data-parallel GPUs: add --gpus "
+                              "N (the world size, N > 1), or drop --sharding")
         if self.method == "full":
             # contradictions the spec alone can tell (these fields' defaults are "none given"); --rank and
             # --alpha have real defaults, so the CLI refuses those when typed (cli/_spec_options.ONLY_WITH)

@@ -48,12 +48,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from memfit.estimate.lora import adapted_linears, block_linears, lora_linear_params, lora_rank, saved_modules
+from memfit.estimate.constants import FP32_BYTES
+from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, saved_modules
 from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import Linear, ModelShape
 from memfit.estimate.spec import RunSpec
 
-FP32 = 4
 NF4_BLOCK = 64
 DQ_BLOCK = 256
 ADAM8_BLOCK = 256
@@ -107,8 +107,8 @@ def nf4_bytes(numel: int, double_quant: bool) -> int:
     """
     blocks = -(-numel // NF4_BLOCK)
     if double_quant:
-        return numel // 2 + blocks + FP32 * -(-blocks // DQ_BLOCK)
-    return numel // 2 + FP32 * blocks
+        return numel // 2 + blocks + FP32_BYTES * -(-blocks // DQ_BLOCK)
+    return numel // 2 + FP32_BYTES * blocks
 
 
 def optimizer_bytes(tensors: list[tuple[int, int, int]], spec: RunSpec) -> int:
@@ -118,29 +118,29 @@ def optimizer_bytes(tensors: list[tuple[int, int, int]], spec: RunSpec) -> int:
     prod(shape[:-2]) * shape[-1] (Adafactor's factored second moment, see the module docstring).
     """
     total = 0
-    step = FP32 if spec.device == "cpu" else 0
+    step = FP32_BYTES if spec.device == "cpu" else 0
     for numel, bpe, factored in tensors:
         if spec.optimizer == "adamw":
             total += 2 * numel * bpe + step
         elif spec.optimizer == "adamw-8bit":
             if numel >= ADAM8_MIN_SIZE:
-                total += 2 * numel + 2 * FP32 * -(-numel // ADAM8_BLOCK)
+                total += 2 * numel + 2 * FP32_BYTES * -(-numel // ADAM8_BLOCK)
             else:
-                total += 2 * numel * FP32
+                total += 2 * numel * FP32_BYTES
         elif spec.optimizer == "sgd":
             total += 0
         elif spec.optimizer == "sgd-momentum":
             total += numel * bpe
         else:  # adafactor: fp32 rows + cols per matrix, a full fp32 second moment per vector, a 0-dim fp32 RMS
-            total += FP32 * (factored or numel) + FP32
+            total += FP32_BYTES * (factored or numel) + FP32_BYTES
     return total
 
 
 def adafactor_step_bytes(numel: int, bpe: int, factored: int) -> int:
     """What transformers' Adafactor allocates while it updates one tensor (module docstring): fp32 copies of a
     16-bit gradient and parameter, two ``update`` tensors and, for a matrix, its row and column factors."""
-    upcast = 2 * FP32 * numel if bpe < FP32 else 0
-    return upcast + 2 * FP32 * numel + FP32 * factored
+    upcast = 2 * FP32_BYTES * numel if bpe < FP32_BYTES else 0
+    return upcast + 2 * FP32_BYTES * numel + FP32_BYTES * factored
 
 
 def _linear_tensors(lin: Linear, w: int) -> list[tuple[int, int, int]]:
@@ -165,7 +165,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
             if norm.bias:
                 per_layer_tensors.append((norm.size, w, 0))
         embed = [(shape.vocab * shape.embed_dim, w, shape.vocab + shape.embed_dim)]
-        if shape.position == "learned":
+        if shape.layout.position == "learned":
             positions = pc.embeddings - shape.vocab * shape.embed_dim
             embed.append((positions, w, positions // shape.hidden + shape.hidden))
         head = [] if shape.tie_embeddings else [(pc.lm_head, w, shape.vocab + shape.embed_dim)]
@@ -192,21 +192,20 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     for lin in adapted_linears(shape, spec):
         r = lora_rank(lin, spec.rank)
         # lora_A (r', in) and lora_B (out, r')
-        per_layer_tensors += [(r * lin.in_features, FP32, r + lin.in_features),
-                              (r * lin.out_features, FP32, lin.out_features + r)]
-        assert lora_linear_params(lin, spec.rank) == r * (lin.in_features + lin.out_features)
+        per_layer_tensors += [(r * lin.in_features, FP32_BYTES, r + lin.in_features),
+                              (r * lin.out_features, FP32_BYTES, lin.out_features + r)]
     lora_params = sum(n for n, _, _ in per_layer_tensors) * shape.n_layers
     saved = saved_modules(shape, spec)
     mts = sum(m.numel for m in saved)
-    mts_b = FP32 if spec.method == "qlora" else w
+    mts_b = FP32_BYTES if spec.method == "qlora" else w
     head_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "head"]
     emb_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "embed"]
     rest = head_t + emb_t
     tensors = per_layer_tensors + rest
-    trainable_bytes = lora_params * FP32 + mts * mts_b
+    trainable_bytes = lora_params * FP32_BYTES + mts * mts_b
     if spec.method == "qlora":
         lin_numel = sum(lin.weight_numel for lin in block_linears(shape)) * shape.n_layers
-        frozen = nf4_bytes(lin_numel, spec.double_quant) + (pc.total - lin_numel) * FP32
+        frozen = nf4_bytes(lin_numel, spec.double_quant) + (pc.total - lin_numel) * FP32_BYTES
     else:
         frozen = pc.total * w
     return ModelStates(

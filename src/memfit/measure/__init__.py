@@ -1,37 +1,12 @@
-"""Measured memory and time of real training steps (torch): model builder, live-tensor tracker, steps, sweeps.
+"""Measured memory and time of real training steps (torch), on the shared runtime (:mod:`memfit.runtime`).
 
-Public names are loaded lazily so ``import memfit.measure`` does not import torch:
+- :mod:`memfit.measure.point`: :func:`~memfit.measure.point.measure_point`, one (batch, seq, checkpointing)
+  point in this process (torch).
+- :mod:`memfit.measure.isolation`: the same point in a fresh subprocess, and that subprocess's server.
+- :mod:`memfit.measure.sweep`: :func:`~memfit.measure.sweep.run_sweep` over batches, sequence lengths and
+  checkpointing, with :mod:`~memfit.measure.regression` (peak against batch, the checkpointing trade) and
+  :mod:`~memfit.measure.bisect` (the largest batch that fits).
+- :mod:`memfit.measure.result`: :class:`~memfit.measure.result.PointResult`.
 
-- :func:`memfit.measure.model.build_model` builds the transformers/PEFT model a RunSpec describes.
-- :class:`memfit.measure.tracker.LiveTensorTracker` counts live tensor bytes by category.
-- :func:`memfit.measure.step.run_step` runs one Trainer-like training step.
-- :func:`memfit.measure.point.measure_point` measures one (batch, seq, checkpointing) point in-process.
-- :func:`memfit.measure.sweep.run_sweep` runs a sweep, each point in a fresh subprocess.
+Only ``point`` imports torch, so reports read the results without it.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-_NAMES = {
-    "build_model": "memfit.measure.model",
-    "tiny_config": "memfit.measure.model",
-    "LiveTensorTracker": "memfit.measure.tracker",
-    "SimulatedOutOfMemoryError": "memfit.measure.tracker",
-    "StepResult": "memfit.measure.step",
-    "run_step": "memfit.measure.step",
-    "make_optimizer": "memfit.measure.step",
-    "PointResult": "memfit.measure.result",
-    "measure_point": "memfit.measure.point",
-    "SweepResult": "memfit.measure.sweep",
-    "run_sweep": "memfit.measure.sweep",
-}
-
-__all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f"module 'memfit.measure' has no attribute {name!r}")

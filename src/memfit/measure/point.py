@@ -26,11 +26,12 @@ from typing import Any
 import torch
 
 from memfit.errors import MemfitError
+from memfit.estimate.category import Category
 from memfit.estimate.spec import RunSpec
-from memfit.measure.model import build_model
 from memfit.measure.result import PointResult
-from memfit.measure.step import make_optimizer, make_scaler, median_seconds, run_step, time_steps
-from memfit.measure.tracker import CATEGORIES, LiveTensorTracker, SimulatedOutOfMemoryError
+from memfit.runtime.build import build_model
+from memfit.runtime.step import make_optimizer, make_scaler, median_seconds, run_step, time_steps
+from memfit.runtime.tracker import TRACKED_CATEGORIES, LiveTensorTracker, SimulatedOutOfMemoryError
 
 __all__ = ["PointResult", "measure_point"]
 
@@ -89,14 +90,14 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
                 torch.cuda.set_per_process_memory_fraction(1.0)
             torch.cuda.empty_cache()
     summary = tracker.summary()
-    by_category = {k: int(summary["by_category"].get(k, 0)) for k in CATEGORIES}
+    by_category = {k: int(summary["by_category"].get(k, 0)) for k in TRACKED_CATEGORIES}
     tracker_peak = int(summary["peak_bytes"])
     reserved = None
     peak = tracker_peak
     if is_cuda:
         peak = int(torch.cuda.max_memory_allocated()) - base_allocated
         reserved = int(torch.cuda.max_memory_reserved())
-        by_category["untracked"] = max(0, peak - tracker_peak)
+        by_category[Category.UNTRACKED] = max(0, peak - tracker_peak)
     seconds = median_seconds(times)
     return PointResult(
         **common, fits=True, peak_bytes=peak, reserved_bytes=reserved, tracker_peak_bytes=tracker_peak,

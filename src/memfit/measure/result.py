@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memfit.estimate.category import Category
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PointResult:
@@ -19,7 +21,7 @@ class PointResult:
     reserved_bytes: int | None = None
     tracker_peak_bytes: int | None = None
     peak_phase: str | None = None
-    by_category: dict[str, int] = field(default_factory=dict)
+    by_category: dict[Category, int] = field(default_factory=dict)
     phase_peaks: dict[str, int] = field(default_factory=dict)
     step_seconds: float | None = None
     step_times: tuple[float, ...] = ()
@@ -57,4 +59,5 @@ class PointResult:
     def from_dict(cls, d: dict[str, Any]) -> PointResult:
         d = {k: v for k, v in d.items() if k != "ratio"}
         d["step_times"] = tuple(d.get("step_times") or ())
+        d["by_category"] = {Category(k): int(v) for k, v in (d.get("by_category") or {}).items()}
         return cls(**d)

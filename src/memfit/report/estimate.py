@@ -6,8 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
-from memfit.estimate import GpuSpec, MemoryEstimate, gpu_table
-from memfit.estimate.fits import FitVerdict
+from memfit.estimate import MemoryEstimate, explain_estimate, gpu_table
+from memfit.estimate.fits import FitVerdict, Target, verdict_fields
 from memfit.units import BYTES_PER_GB, BYTES_PER_GIB
 
 
@@ -15,12 +15,31 @@ def _gib(n: int) -> str:
     return f"{n / BYTES_PER_GIB:.2f} GiB"
 
 
+def estimate_json(est: MemoryEstimate, target: Target | None) -> dict[str, Any]:
+    """``memfit estimate --json``: the estimate, with the verdict on ``--gpu`` (``gpu``, ``gpu_bytes``, ``fits``,
+    ``spare_bytes``, ``verdict``; None without one) after ``reserved_bytes``."""
+    out: dict[str, Any] = {}
+    for key, value in est.to_dict().items():
+        out[key] = value
+        if key == "reserved_bytes":
+            out.update(verdict_fields(target, est.peak_bytes, est.spec.device))
+    return out
+
+
 def estimate_table(est: MemoryEstimate) -> Table:
-    """Component, bytes, GiB, share of the peak."""
+    """Component, bytes, GiB, share of the peak (per GPU when the model states are sharded)."""
     s = est.spec
     title = (f"{est.model}: {s.method}, {s.precision}, {s.optimizer}, batch {s.batch} x seq {s.seq}, "
              f"checkpointing {s.checkpointing}, {s.attention} on {s.device}")
-    t = Table(title=title, caption=f"peak at {est.peak_moment} (GiB = 1024^3 B)")
+    caption = f"peak at {est.peak_moment} (GiB = 1024^3 B)"
+    if est.sharded is not None:
+        sh = est.sharded
+        title += f", {sh.sharding} over {sh.gpus} GPUs: per GPU"
+        caption += (f"; one unsharded replica peaks at {sh.unsharded_peak_bytes:,} B "
+                    f"({sh.unsharded_peak_bytes / BYTES_PER_GIB:.3f} GiB)")
+        if sh.gather_bytes:
+            caption += f"; weights include {sh.gather_bytes:,} B of gathered blocks (zero3)"
+    t = Table(title=title, caption=caption)
     t.add_column("component")
     t.add_column("bytes", justify="right")
     t.add_column("GiB", justify="right")
@@ -55,13 +74,13 @@ def states_table(est: MemoryEstimate) -> Table:
     return t
 
 
-def verdict(est: MemoryEstimate) -> str:
-    """One line: fits / does not fit, with the rule in numbers (:mod:`memfit.estimate.fits`)."""
-    v = est.verdict
-    if v is None:
+def verdict(est: MemoryEstimate, target: Target | None) -> str:
+    """One line: fits / does not fit ``target``, with the rule in numbers (:mod:`memfit.estimate.fits`)."""
+    if target is None:
         return (f"peak {_gib(est.peak_bytes)} ({est.peak_bytes / BYTES_PER_GB:.2f} GB) at {est.peak_moment}; "
                 "pass --gpu to judge the fit")
-    return verdict_line(v)
+    per = " per GPU" if est.spec.gpus > 1 else ""
+    return verdict_line(target.judge(est.peak_bytes, est.spec.device)) + per
 
 
 def verdict_line(v: FitVerdict) -> str:
@@ -83,7 +102,7 @@ def rule_of_thumb_line(est: MemoryEstimate) -> str:
     notes = [f"memfit's block keeps {per:.1f} B per token x hidden (the rule says 20): {top}"]
     if a.segment:
         notes.append(f"checkpointing keeps {a.checkpoints:,} B of block inputs instead")
-    notes.append(f"the loss keeps fp32 log-probabilities b*s*V*4 = {a.logits_fp32:,} B")
+    notes.append(f"the loss keeps fp32 log-probabilities b*s*V*4 = {a.loss_workspace:,} B")
     return (f"rule of thumb L*b*s*h*20 = {rot:,} B ({rot / BYTES_PER_GB:.2f} GB, {_gib(rot)}); memfit's saved "
             f"activations = {act:,} B ({_gib(act)}), x{act / rot:.2f}. " + "; ".join(notes))
 
@@ -94,7 +113,7 @@ def explain_table(est: MemoryEstimate) -> Table:
     t.add_column("formula")
     t.add_column("numbers")
     t.add_column("bytes", justify="right")
-    for e in est.explain():
+    for e in explain_estimate(est):
         t.add_row(e.component, e.formula, e.numbers, f"{e.bytes:,}")
     return t
 
@@ -123,7 +142,3 @@ def gpus_table(rows: list[dict[str, Any]] | None = None) -> Table:
     for r in rows or gpus_rows():
         t.add_row(r["name"], f"{r['bytes']:,}", f"{r['gib']:.2f}", r["source"])
     return t
-
-
-def gpu_line(g: GpuSpec) -> str:
-    return f"{g.name}: {g.bytes:,} B ({_gib(g.bytes)}), {g.source}"

@@ -1,27 +1,153 @@
-"""Tables and JSON for ``memfit fit``: the ordered path step by step, the cheapest configuration beside it."""
+"""Tables, sentences and JSON for ``memfit fit``: the ordered plan step by step, the cheapest configuration
+beside it. The advisor returns data (:mod:`memfit.advise.result`): codes, figures and factors; every
+sentence about a step, a skipped remedy or a requirement is written here, for the terminal and for the
+HTML page alike (both read the same fields, the HTML from the ``--json`` output)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from memfit.advise import FitReport, Setup
-from memfit.advise.plan import setup_changes
+from memfit.advise import FitReport, Setup, setup_changes
 from memfit.estimate.fits import reserved_bytes
 from memfit.report._width import narrow
-from memfit.units import BYTES_PER_GIB, BYTES_PER_MB
+from memfit.units import BYTES_PER_GIB, BYTES_PER_MB, BYTES_PER_MIB
+
+SEQ_FALLBACK = ("no data given: the seq_len step uses the longest multiple of 64 that fits, no shorter than half "
+                "the sequence, and cannot say how many examples that truncates")
+SHARDED_STATES = {"zero1": "optimizer states", "zero2": "optimizer states and gradients",
+                  "zero3": "optimizer states, gradients and weights"}
 
 
 def fit_json(report: FitReport) -> dict[str, Any]:
-    """Issue 9's JSON: fits_initially, steps, final, fits, cheapest (plus context keys)."""
+    """The advisor's data: fits_initially, steps, final, fits, cheapest (plus context keys); no sentences."""
     return report.to_dict()
 
 
 def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / BYTES_PER_GIB:.2f}"
+
+
+def step_cost(action: str, facts: Mapping[str, Any], time_factor: float, *, time_source: str = "") -> str:
+    """The cost of one step of the plan, in words, from its ``facts`` and ``time_factor``.
+
+    >>> step_cost("micro_batch", {"batch": 1, "grad_accum": 8, "effective": 8, "from_batch": 8,
+    ...           "from_grad_accum": 1}, 1.108)
+    'a little time: x1.11 (more, smaller micro-steps); nothing statistical: effective batch 1 x 8 = 8, as 8 x 1'
+    """
+    f = time_factor
+    if action == "longest_example":
+        return (f"nothing: the longest of {facts['examples']:,} examples has {facts['longest']} tokens, so no batch "
+                f"is padded beyond {facts['seq']} (a multiple of 64); no example is truncated")
+    if action == "attention":
+        return ("nothing: the same attention, computed by torch's sdpa kernel without storing the seq x seq scores "
+                "(usually faster)")
+    if action == "checkpointing":
+        return f"time only: x{f:.2f} step time ({time_source}); set model.config.use_cache = False"
+    if action == "micro_batch":
+        b, accum = facts["batch"], facts["grad_accum"]
+        return (f"a little time: x{f:.2f} (more, smaller micro-steps); nothing statistical: effective batch "
+                f"{b} x {accum} = {facts['effective']}, as {facts['from_batch']} x {facts['from_grad_accum']}")
+    if action == "chunked_loss":
+        return (f"nothing statistical, ~x1.00 time: a fused linear cross-entropy (Liger Kernel or cut-cross-entropy) "
+                f"never holds the {facts['vocab']:,}-wide fp32 logits")
+    if action == "packing":
+        e, mean, seq = facts["examples"], facts["mean_tokens"], facts["seq"]
+        return (f"time saved: x{f:.2f} (padding {100 * facts['waste_random']:.0f}% -> "
+                f"{100 * facts['waste_packed']:.0f}%); the effective batch kept: {e:,} examples x mean {mean:,.1f} "
+                f"tokens = {e * mean:,.0f} tokens per optimizer step / ({seq:,} x {100 * facts['efficiency']:.1f}% "
+                f"packing efficiency) = {facts['rows_exact']:.2f} -> {facts['rows']} rows of {seq:,} "
+                f"({facts['batch']} x accum {facts['grad_accum']}), carrying {facts['examples_carried']:.1f} examples "
+                f"per step on average (was {e:,}); keep examples apart (position_ids reset) and the -100 labels: "
+                "check with memfit verify-pack")
+    if action == "sharding":
+        z = facts["stage"]
+        return (f"time: x{f:.2f} ({'assumed, ' if z == 'zero3' else ''}communication); {z} shards the "
+                f"{SHARDED_STATES[z]} over {facts['gpus']} GPUs")
+    if action == "seq_len":
+        change = f"changes the task: seq {facts['from_seq']} -> {facts['to_seq']}"
+        cut = facts.get("truncated")
+        if cut is None:
+            return (f"{change}; share of examples truncated UNKNOWN without data (fallback rule: the longest "
+                    "multiple of 64 that fits, no shorter than half the sequence); check with memfit lengths DATA "
+                    "--tokenizer T")
+        n = facts["examples"]
+        return f"{change} truncates {cut:,} of {n:,} examples ({100 * cut / n:.1f}%; p95 = {facts['p95']} tokens)"
+    if action == "adapter":
+        return f"quality: trains a rank-{facts['rank']} LoRA adapter instead of every weight"
+    if action == "quantize":
+        return f"some quality: a 4-bit NF4 base (QLoRA); time x{f:.2f} assumed (dequantisation)"
+    if action == "rank":
+        r0, r1 = facts["from_rank"], facts["to_rank"]
+        return f"capacity: rank {r0} -> {r1} ({r0 // r1}x fewer adapter parameters); saves the least of any step"
+    return f"x{f:.2f} step time"
+
+
+def skip_reason(action: str, reason: str, facts: Mapping[str, Any]) -> str:
+    """Why a remedy was skipped, in words.
+
+    >>> skip_reason("rank", "at_min_rank", {"rank": 8, "min_rank": 8})
+    'rank 8 is already at most 8'
+    """
+    if reason == "needs_data":
+        why = " (padding waste is a property of the data)" if action == "packing" else ""
+        return "needs --data and --tokenizer" + why
+    if reason == "already":
+        return f"already {facts['value']}"
+    if reason == "longest_reaches_seq":
+        return f"the longest example ({facts['longest']} tokens) reaches seq {facts['seq']}"
+    if reason == "micro_batch_one":
+        return "micro-batch is already 1"
+    if reason == "one_gpu":
+        return "one GPU (pass --gpus N to shard over N)"
+    if reason == "at_p95":
+        return (f"seq {facts['seq']} is already at or below the data's p95 ({facts['p95']} tokens, {facts['floor']} "
+                "rounded up to 64)")
+    if reason == "too_short":
+        return "sequence already short"
+    if reason == "method":
+        return f"method is {facts['value']}"
+    if reason == "at_min_rank":
+        return f"rank {facts['rank']} is already at most {facts['min_rank']}"
+    if reason == "no_rank":
+        return "full fine-tuning has no rank"
+    if reason == "saves_too_little":
+        saved = int(facts["saved_bytes"])
+        return "saves nothing here" if saved <= 0 else f"saves only {saved / BYTES_PER_MIB:,.1f} MiB here"
+    return "does not apply"
+
+
+def need_text(need: str, spec: Mapping[str, Any]) -> str:
+    """What one requirement of a configuration (:data:`memfit.advise.result.Need`) takes, in words; ``spec``
+    is that configuration's spec (``RunSpec.to_dict()``)."""
+    if need == "gradient_checkpointing":
+        return "model.gradient_checkpointing_enable(); model.config.use_cache = False"
+    if need == "segment_checkpointing":
+        k = spec.get("checkpoint_every") if spec.get("checkpointing") == "every-k" else "ceil(sqrt(L))"
+        return (f"segment checkpointing ({k} blocks per torch.utils.checkpoint call): not what "
+                "gradient_checkpointing_enable() does, which checkpoints every block")
+    if need == "flash_attention":
+        return "flash-attn installed, attn_implementation='flash_attention_2'"
+    if need == "fused_cross_entropy":
+        return "a fused linear cross-entropy (Liger Kernel or cut-cross-entropy)"
+    if need == "packing":
+        return "packing with position_ids reset and -100 labels kept (memfit verify-pack)"
+    if need in ("zero1", "zero2", "zero3"):
+        stage = need[-1]
+        fsdp = {"1": "", "2": " / FSDP SHARD_GRAD_OP", "3": " / FSDP FULL_SHARD"}[stage]
+        return f"DeepSpeed ZeRO stage {stage}{fsdp}"
+    if need == "bitsandbytes":
+        return "bitsandbytes (4-bit NF4)"
+    return need
+
+
+def seq_rule_text(rule: str | None) -> str | None:
+    """The sequence step's rule in words when it had no data (None with data)."""
+    return SEQ_FALLBACK if rule == "fallback" else None
 
 
 def describe_changes(before: Setup, after: Setup) -> str:
@@ -77,8 +203,9 @@ def fit_table(report: FitReport, width: int | None = None) -> Group:
               ok if report.fits_initially else no, "")
     previous = report.initial
     for i, step in enumerate(report.steps, 1):
+        cost = step_cost(step.action, step.facts, step.time_factor, time_source=report.time_model.source)
         t.add_row(str(i), step.action, describe_changes(previous, step.setup), *figures(step.peak_bytes),
-                  _gib(step.saved_bytes), ok if step.fits else no, step.cost)
+                  _gib(step.saved_bytes), ok if step.fits else no, cost)
         previous = step.setup
     # a narrow terminal: the cost prose goes under the table, step by step, before a flag or a figure is cut
     moved = narrow(t, keep=("step",), drop=("cost",), width=width)
@@ -87,18 +214,20 @@ def fit_table(report: FitReport, width: int | None = None) -> Group:
         lines += [Text(f"step {i} cost: {cell}", style="dim") for i, cell in enumerate(cells) if cell]
     lines.append(_verdict(report))
     lines.append(_cheapest_line(report))
-    if report.rank_lesson is not None:
-        r = report.rank_lesson
+    if report.rank_reduction is not None:
+        r = report.rank_reduction
         lines.append(Text(
             f"Why rank comes last: rank {r.from_rank} -> {r.to_rank} alone saves "
             f"{r.saved_bytes / BYTES_PER_MB:,.0f} MB "
             f"(10^6 B; {r.trainable_from:,} -> {r.trainable_to:,} adapter parameters) against "
             f"{r.activation_bytes / BYTES_PER_GIB:.2f} GiB of activations: peak {_gib(r.peak_after_bytes)} GiB, "
             f"{'fits' if r.fits_after else 'still does not fit'}.", style="dim"))
-    if report.fallback_seq_rule and any(s.action == "seq_len" for s in report.steps):
-        lines.append(Text(f"Sequence length: {report.fallback_seq_rule}.", style="dim"))
+    seq_rule = seq_rule_text(report.seq_rule)
+    if seq_rule and any(s.action == "seq_len" for s in report.steps):
+        lines.append(Text(f"Sequence length: {seq_rule}.", style="dim"))
     if report.skipped:
-        lines.append(Text("Skipped: " + "; ".join(f"{s.action} ({s.reason})" for s in report.skipped), style="dim"))
+        lines.append(Text("Skipped: " + "; ".join(f"{s.action} ({skip_reason(s.action, s.reason, s.facts)})"
+                                                  for s in report.skipped), style="dim"))
     reserved = ("reserved = the peak allocated (torch.cuda.max_memory_allocated) + 5% + 256 MiB of allocator "
                 "overhead + 512 MiB of CUDA context, what nvidia-smi shows; " if report.device == "cuda" else "")
     lines.append(Text(f"Time factors: checkpointing x{report.time_model.checkpoint_factor:.2f} "
@@ -112,8 +241,8 @@ def _spec_summary(setup: Setup) -> str:
     s = setup.spec
     text = (f"{s.method}" + (f" r{s.rank}" if s.is_adapter else "") + f", {s.precision}, batch {s.batch} x "
             f"accum {s.grad_accum}, seq {s.seq}, ckpt {s.checkpointing}, {s.attention}, loss {s.loss}")
-    if setup.sharding != "none":
-        text += f", {setup.sharding}"
+    if s.sharding != "none":
+        text += f", {s.sharding}"
     if setup.packing:
         text += ", packed"
     return text
@@ -147,7 +276,8 @@ def _cheapest_line(report: FitReport) -> Text:
     if c.setup is None or c.cost is None or c.peak_bytes is None:
         return Text(f"Cheapest overall: none of {c.candidates:,} configurations fits.", style="red")
     change = describe_changes(report.initial, c.setup)
-    needs = f" Needs: {'; '.join(c.needs)}." if c.needs else ""
+    spec = c.setup.spec.to_dict()
+    needs = f" Needs: {'; '.join(need_text(n, spec) for n in c.needs)}." if c.needs else ""
     reserved = (f", reserved {_gib(reserved_bytes(c.peak_bytes, report.device))} GiB"
                 if report.device == "cuda" else "")
     return Text(f"Cheapest overall ({c.candidates:,} configurations, {c.evaluated:,} estimated): {change}; "

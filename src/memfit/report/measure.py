@@ -1,4 +1,5 @@
-"""Rendering ``memfit measure``: the runs table, the fit, the checkpointing trade, the categories, the plot.
+"""Rendering ``memfit measure``: the runs table, peak against batch, the checkpointing trade (and its verdict
+in words), the categories, the plot.
 
 Sizes in binary units (MiB = 1024^2 B, GiB = 1024^3 B), as torch.cuda reports them.
 """
@@ -11,12 +12,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from memfit.measure.sweep import LESSON_ACTIVATION_CONSTANT, SweepResult
+from memfit.estimate.category import Category
+from memfit.estimate.constants import RULE_OF_THUMB_BYTES
+from memfit.measure.regression import CheckpointingTrade, TradeAdvice
+from memfit.measure.sweep import SweepResult
 from memfit.report._width import narrow, split_columns
 from memfit.units import human_bytes
-
-CATEGORY_ORDER = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "activations", "logits",
-                  "temporaries", "untracked")
 
 
 def _bytes(n: int | None) -> str:
@@ -64,21 +65,41 @@ def category_table(result: SweepResult) -> Table | None:
     t.add_column("category", no_wrap=True)
     for r in runs:
         t.add_column(f"b{r.batch} s{r.seq} {r.checkpointing}", justify="right", no_wrap=True)
-    keys = [k for k in CATEGORY_ORDER if any(r.by_category.get(k) for r in runs)]
+    keys = [k for k in Category if any(r.by_category.get(k) for r in runs)]
     for k in keys:
         t.add_row(k, *[_bytes(r.by_category.get(k, 0)) for r in runs])
     return t
 
 
-def fit_lines(result: SweepResult) -> list[str]:
-    """``peak = slope x batch + intercept (R^2)`` and the activation constant, per fit."""
+def peak_vs_batch_lines(result: SweepResult) -> list[str]:
+    """``peak = slope x batch + intercept (R^2)`` and the activation constant, per (seq, checkpointing)."""
     out = []
-    for f in result.fits:
+    for f in result.peak_vs_batch:
         out.append(f"seq {f.seq}, checkpointing {f.checkpointing}: peak = {human_bytes(f.slope_bytes_per_sample)}"
                    f" per sample x batch + {human_bytes(f.intercept_bytes)} (R^2 = {f.r2:.4f}); activation "
                    f"constant {f.bytes_per_layer_token_hidden:.1f} B per layer x token x hidden "
-                   f"(lesson: ~{LESSON_ACTIVATION_CONSTANT:.0f})")
+                   f"(lesson: ~{RULE_OF_THUMB_BYTES})")
     return out
+
+
+def trade_verdict(fraction_saved: float, slowdown: float, advice: str) -> str:
+    """The checkpointing trade in one line (``advice`` is :attr:`CheckpointingTrade.advice`).
+
+    >>> trade_verdict(0.61, 1.27, "take")
+    'saves 61% for 27% more time: take it'
+    """
+    pct = round(100 * fraction_saved)
+    extra = round(100 * (slowdown - 1))
+    more = f"{extra}% more time" if extra >= 0 else f"{-extra}% less time"
+    if advice == TradeAdvice.SKIP:
+        return f"saves {pct}% for {more}: skip it, activations are not the cost here"
+    if advice == TradeAdvice.TAKE:
+        return f"saves {pct}% for {more}: take it"
+    return f"saves {pct}% for {more}: take it only if the run does not fit without it"
+
+
+def verdict(trade: CheckpointingTrade) -> str:
+    return trade_verdict(trade.fraction_saved, trade.slowdown, trade.advice)
 
 
 def trade_table(result: SweepResult) -> Table | None:
@@ -90,7 +111,7 @@ def trade_table(result: SweepResult) -> Table | None:
     for tr in result.trades:
         t.add_row(str(tr.batch), str(tr.seq), human_bytes(tr.peak_without), human_bytes(tr.peak_with),
                   human_bytes(tr.saved_bytes), f"{100 * tr.fraction_saved:.0f}%", f"{tr.slowdown:.2f}",
-                  tr.verdict)
+                  verdict(tr))
     narrow(t, keep=(), drop=("saved %",))  # a narrow terminal: fewer columns, never a cut figure
     return t
 
@@ -117,7 +138,7 @@ def measure_report(result: SweepResult) -> Group:
     cats = category_table(result)
     if cats is not None:  # one column per point: a narrow terminal gets it in several tables, the category first
         parts += split_columns(cats)
-    parts += [Text(line) for line in fit_lines(result)]
+    parts += [Text(line) for line in peak_vs_batch_lines(result)]
     trades = trade_table(result)
     if trades is not None:
         parts.append(trades)
@@ -128,7 +149,8 @@ def measure_report(result: SweepResult) -> Group:
 
 
 def measure_plot(result: SweepResult, path: str) -> None:
-    """Peak vs batch per (seq, checkpointing): measured points, fit line, estimate beside (MiB or GiB)."""
+    """Peak vs batch per (seq, checkpointing): measured points, least-squares line, estimate beside (MiB or
+    GiB)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,18 +163,18 @@ def measure_plot(result: SweepResult, path: str) -> None:
     for r in result.runs:
         if r.fits:
             groups.setdefault((r.seq, r.checkpointing), []).append(r)
-    fits = {(f.seq, f.checkpointing): f for f in result.fits}
+    lines = {(f.seq, f.checkpointing): f for f in result.peak_vs_batch}
     for i, ((seq, ckpt), rows) in enumerate(sorted(groups.items())):
         rows.sort(key=lambda r: r.batch)
         color = f"C{i}"
         label = f"seq {seq}, ckpt {ckpt}"
         ax.plot([r.batch for r in rows], [r.peak_bytes / mib for r in rows], "o", color=color,
                 label=f"{label}: measured")
-        f = fits.get((seq, ckpt))
+        f = lines.get((seq, ckpt))
         if f is not None:
             xs = [0, max(r.batch for r in rows)]
             ax.plot(xs, [(f.slope_bytes_per_sample * x + f.intercept_bytes) / mib for x in xs], "-", color=color,
-                    alpha=0.6, label=f"fit R^2={f.r2:.4f}")
+                    alpha=0.6, label=f"least squares R^2={f.r2:.4f}")
         est = [r for r in rows if r.estimate_bytes]
         if est:
             ax.plot([r.batch for r in est], [r.estimate_bytes / mib for r in est], "x", color=color, ms=9,

@@ -8,13 +8,13 @@ from typing import Any
 
 from rich.table import Table
 
+from memfit.estimate.arch import block_containers
 from memfit.report._width import narrow
 from memfit.report.estimate import verdict_line
 from memfit.trace.result import TraceResult
 from memfit.units import BYTES_PER_GIB, human_bytes
 
-_BLOCK = re.compile(r"((?:^|\.)(?:layers|h|blocks|layer))\.\d+(?=\.|$)")
-MODEL_STATES = ("weights_frozen", "weights_trainable", "gradients", "optimizer")
+_BLOCK = re.compile(rf"((?:^|\.)(?:{'|'.join(block_containers())}))\.\d+(?=\.|$)")
 
 
 def _gib(n: int) -> str:

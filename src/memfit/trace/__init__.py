@@ -1,32 +1,13 @@
 """The trace engine: one training step of the real transformers/PEFT model on fake tensors.
 
-Exact accounting of every storage the real code allocates (same builder, step and tracker as
-``memfit measure``) with no memory behind it, so a 70B step traces on a laptop. Public names load lazily
-so ``import memfit.trace`` does not import torch:
+Exact accounting of every storage the real code allocates (the same builder, step and tracker as
+``memfit measure``, from :mod:`memfit.runtime`) with no memory behind it, so a 70B step traces on a laptop.
 
-- :func:`memfit.trace.engine.trace_step` traces one steady-state step and returns a TraceResult.
-- :class:`memfit.trace.result.TraceResult` is the result, in the estimate's JSON shape plus per-module
-  detail.
-- :mod:`memfit.trace.cuda` holds the CPU-to-CUDA corrections (attention kernel, for-each optimizer,
-  allocator rounding).
+- :mod:`memfit.trace.engine`: :func:`~memfit.trace.engine.trace_step` traces one steady-state step (torch).
+- :mod:`memfit.trace.result`: :class:`~memfit.trace.result.TraceResult`, in the estimate's JSON shape plus
+  per-module detail (plain data, no torch).
+- :mod:`memfit.trace.cuda`: the CPU-to-CUDA corrections (attention kernel, for-each optimizer, allocator
+  rounding, host-side step counters).
+- :mod:`memfit.trace.fake`: what a fake tensor cannot answer by itself (the optimizer's lazy state, the
+  packed-sequence check).
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-_NAMES = {
-    "trace_step": "memfit.trace.engine",
-    "check_trace_spec": "memfit.trace.engine",
-    "TraceResult": "memfit.trace.result",
-    "ModuleBytes": "memfit.trace.result",
-}
-
-__all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f"module 'memfit.trace' has no attribute {name!r}")

@@ -215,6 +215,22 @@ def cuda_attention() -> Iterator[None]:
         F.scaled_dot_product_attention = original
 
 
+def host_storages(optimizer: Any) -> set[int]:
+    """``id()`` of the storages an optimizer keeps in host memory on a CUDA device: torch optimizers keep
+    ``state["step"]`` as a 0-d CPU tensor even for CUDA parameters, unless ``capturable`` or ``fused``
+    (torch 2.13.0, ``Adam._init_group`` in ``torch/optim/adam.py``, which AdamW inherits). The trace does not
+    count them as device memory."""
+    for group in optimizer.param_groups:
+        if group.get("capturable") or group.get("fused"):
+            return set()
+    out = set()
+    for state in optimizer.state.values():
+        step = state.get("step") if isinstance(state, dict) else None
+        if isinstance(step, torch.Tensor):
+            out.add(id(step.untyped_storage()))
+    return out
+
+
 def use_foreach(optimizer: Any) -> None:
     """Make a torch optimizer take its for-each path, as it does by default on CUDA."""
     if "foreach" in getattr(optimizer, "defaults", {}):

@@ -2,13 +2,15 @@
 
 Procedure (:func:`trace_step`), the same as ``memfit measure`` with the tensors swapped for fakes:
 
-1. build the model with measure's builder under ``torch.device("meta")``, swap its weights for
-   ``FakeTensor``s (:mod:`memfit.trace.fake`), build the optimizer as measure does;
+1. build the model with the runtime's builder under ``torch.device("meta")``, swap its weights for
+   ``FakeTensor``s (:func:`memfit.runtime.build.fake_model`), build the optimizer as measure does;
 2. let the optimizer create its state (one untracked ``step()`` on zero gradients): torch optimizers
    allocate state lazily in their first step, and measure takes its peak over two steps, the second
    running with the state alive from the start;
-3. under ``FakeTensorMode``, run one Trainer-like step with measure's
-   :func:`~memfit.measure.step.run_step` and its :class:`~memfit.measure.tracker.LiveTensorTracker`;
+3. under ``FakeTensorMode``, run one Trainer-like step with the runtime's
+   :func:`~memfit.runtime.step.run_step` and :class:`~memfit.runtime.tracker.LiveTensorTracker` (for a CUDA
+   target the tracker books each storage in 512-byte blocks and skips the optimizer's host-side step
+   counters: its ``booked_size`` and ``ignore_storage``);
 4. the peak, its phase, and what is alive at it by category and by module come from the tracker; the
    bytes autograd saves for backward per block come from a ``saved_tensors_hooks`` ledger.
 
@@ -21,9 +23,10 @@ steady-state step is the maximum. It also halves the time of a trace.
 Value-dependent code: transformers reads tensor values in a few places to pick a faster path (whether
 ``position_ids`` describe packed sequences, whether a padding mask pads anything). A fake tensor has
 no values, so transformers' ``is_tracing`` answers "assume the general case". The trace knows its own
-inputs, so it answers as the real run would: :func:`_known_inputs` makes the packed-sequence check
-say "not packed" (the step passes no ``position_ids``) after running the same operators, and the
-padding mask carries padding exactly when ``--padding-mask`` says so, so the general case is the real one.
+inputs, so it answers as the real run would: :func:`memfit.trace.fake.known_inputs` makes the
+packed-sequence check say "not packed" (the step passes no ``position_ids``) after running the same
+operators, and the padding mask carries padding exactly when ``--padding-mask`` says so, so the general
+case is the real one.
 Mixture-of-experts layers run transformers' default ``grouped_mm`` experts, whose fake implementation
 needs no routing values.
 
@@ -38,77 +41,32 @@ import contextlib
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_flatten
 
 from memfit.errors import MemfitError
+from memfit.estimate.category import MODEL_STATES, Category
+from memfit.estimate.fits import reserved_bytes
 from memfit.estimate.spec import RunSpec
-from memfit.measure.step import make_optimizer, make_scaler, run_step
-from memfit.measure.tracker import CATEGORIES, LiveTensorTracker
-from memfit.trace.cuda import CudaAutocastFloat32, CudaDropout, cuda_attention, round_cuda, use_foreach
-from memfit.trace.fake import fake_model
+from memfit.runtime.build import fake_model
+from memfit.runtime.scopes import ModuleScopes, SavedTensorLedger, layer_index
+from memfit.runtime.step import make_optimizer, make_scaler, run_step
+from memfit.runtime.tracker import TRACKED_CATEGORIES, LiveTensorTracker, optimizer_state_tensors
+from memfit.trace.cuda import (
+    CudaAutocastFloat32,
+    CudaDropout,
+    cuda_attention,
+    host_storages,
+    round_cuda,
+    use_foreach,
+)
+from memfit.trace.fake import known_inputs, warm_optimizer
 from memfit.trace.result import ModuleBytes, TraceResult
-from memfit.trace.scopes import ModuleScopes, SavedTensorLedger, layer_index
 
 Progress = Callable[[str], None]
-_PRIM_DEVICE = torch.ops.prim.device.default
-
-
-class TraceTracker(LiveTensorTracker):
-    """measure's tracker, counting each storage as the target device's allocator books it.
-
-    ``round_to_block=True`` (CUDA) rounds every storage up to the caching allocator's 512-byte blocks.
-    """
-
-    def __init__(self, *, vocab: int | None, round_to_block: bool) -> None:
-        super().__init__(vocab=vocab)
-        self.round_to_block = round_to_block
-        self.host_storages: set[int] = set()  # id()s of storages that live in host memory on the target
-
-    def keep_on_host(self, optimizer: Any) -> None:
-        """torch optimizers keep ``state["step"]`` as a 0-d CPU tensor even for CUDA parameters (unless
-        ``capturable``/``fused``): on a CUDA target those bytes are host memory, not device memory."""
-        for group in optimizer.param_groups:
-            if group.get("capturable") or group.get("fused"):
-                return
-        for state in optimizer.state.values():
-            step = state.get("step") if isinstance(state, dict) else None
-            if isinstance(step, torch.Tensor):
-                self.host_storages.add(id(step.untyped_storage()))
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        """measure's tracker, with fast paths: ``prim.device`` queries (a third of all calls on fake
-        tensors) allocate nothing, and a single-tensor output needs no pytree flattening."""
-        out = func(*args, **(kwargs or {}))
-        if func is _PRIM_DEVICE:
-            return out
-        if isinstance(out, torch.Tensor):
-            self._see(out)
-            return out
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self._see(t)
-        return out
-
-    def _see(self, t: torch.Tensor) -> int | None:
-        if not self.round_to_block:
-            return super()._see(t)
-        storage = self._storage(t)
-        if storage is not None and id(storage) in self.host_storages:
-            return None
-        known = storage is not None and self._uid(storage) is not None
-        uid = super()._see(t)
-        if uid is not None and not known:
-            rec = self._live[uid]
-            extra = round_cuda(rec.nbytes) - rec.nbytes
-            if extra:
-                rec.nbytes += extra
-                self._add(extra)
-        return uid
 
 
 def check_trace_spec(spec: RunSpec) -> None:
@@ -138,18 +96,19 @@ def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
     ``--modules-to-save`` name must match a module), before any model is built. MoE models outside bf16:
     transformers then routes tokens to experts with its eager loop, whose ``nonzero`` has a data-dependent
     shape that fake tensors cannot give (bf16 uses grouped_mm, traceable)."""
+    from memfit.estimate.arch import REGISTRY, experts_run_eager_loop
     from memfit.estimate.lora import check_modules_to_save
-    from memfit.estimate.shape import SUPPORTED_MODEL_TYPES, ModelShape, validate_config
+    from memfit.estimate.shape import ModelShape, validate_config
 
     validate_config(config)
-    if spec.is_adapter and spec.modules_to_save and config.get("model_type") in SUPPORTED_MODEL_TYPES:
+    if spec.is_adapter and spec.modules_to_save and REGISTRY.get(str(config.get("model_type"))) is not None:
         try:
             shape = ModelShape.from_hf_config(config)
         except MemfitError:  # valid, but lacks a size the estimate needs: checked on the real model instead
             shape = None
-        if shape is not None:  # other architectures: checked on the real model (memfit.measure.model)
+        if shape is not None:  # other architectures: checked on the real model (memfit.runtime.build)
             check_modules_to_save(shape, spec)
-    if config.get("num_local_experts") and spec.precision != "bf16":
+    if experts_run_eager_loop(config, spec.precision):
         raise MemfitError(f"trace of a mixture-of-experts model needs --precision bf16 (with "
                           f"{spec.precision} transformers routes tokens with a data-dependent loop fake tensors "
                           "cannot run); `memfit estimate` and `memfit measure` take any precision")
@@ -180,12 +139,12 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         use_foreach(optimizer)
     scaler = make_scaler(build_spec, "cpu")
     say("creating the optimizer state")
-    _warm_optimizer(model, optimizer, mode)
+    warm_optimizer(model, optimizer, mode)
     build_seconds = time.perf_counter() - t0
 
-    tracker = TraceTracker(vocab=vocab, round_to_block=is_cuda)
-    if is_cuda:
-        tracker.keep_on_host(optimizer)
+    host = host_storages(optimizer) if is_cuda else set()
+    tracker = LiveTensorTracker(vocab=vocab, booked_size=round_cuda if is_cuda else None,
+                                ignore_storage=(lambda storage: id(storage) in host) if host else None)
     tracker.track_model(model)
     tracker.track_optimizer(optimizer)
     scopes = ModuleScopes(model, tracker)
@@ -195,7 +154,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
         stack.enter_context(mode)
-        stack.enter_context(_known_inputs())
+        stack.enter_context(known_inputs())
         if is_cuda:
             stack.enter_context(cuda_attention())
             stack.enter_context(CudaDropout())
@@ -203,75 +162,23 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
                 stack.enter_context(CudaAutocastFloat32())
         stack.enter_context(tracker)
         stack.enter_context(scopes)
-        stack.enter_context(_phase_labels(tracker, scopes))
         say("tracing one step: forward, backward, optimizer")
         with ledger:
             run_step(model, build_spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
                      device="cpu", tracker=tracker, scaler=scaler)
     step_seconds = time.perf_counter() - t1
-    return _result(config, spec, model, tracker, ledger, name=name, build_seconds=build_seconds,
+    return _result(config, spec, model, optimizer, tracker, ledger, name=name, build_seconds=build_seconds,
                    step_seconds=step_seconds)
 
 
-def _warm_optimizer(model: torch.nn.Module, optimizer: Any, mode: FakeTensorMode) -> None:
-    """Let ``optimizer`` allocate its lazily created state, as its first real step does (fake: free)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    with mode, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-
-@contextlib.contextmanager
-def _known_inputs() -> Iterator[None]:
-    """transformers' packed-sequence check answers "not packed", as it does for the step's real inputs."""
-    from transformers import masking_utils
-
-    original = masking_utils.find_packed_sequence_indices
-
-    def not_packed(position_ids: torch.Tensor) -> None:
-        original(position_ids)  # the same operators (and temporaries) as the real check
-        return None
-
-    masking_utils.find_packed_sequence_indices = not_packed
-    try:
-        yield
-    finally:
-        masking_utils.find_packed_sequence_indices = original
-
-
-@contextlib.contextmanager
-def _phase_labels(tracker: LiveTensorTracker, scopes: ModuleScopes) -> Iterator[None]:
-    """Tag storages made outside any module forward with the tracker's phase (``"(backward)"``...)."""
-    original = tracker.phase
-
-    @contextlib.contextmanager
-    def phase(name: str) -> Iterator[None]:
-        previous = scopes.outside
-        scopes.set_outside(f"({name})")
-        try:
-            with original(name):
-                yield
-        finally:
-            scopes.set_outside(previous)
-
-    tracker.phase = phase  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del tracker.phase
-
-
-def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, tracker: LiveTensorTracker,
-            ledger: SavedTensorLedger, *,
+def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, optimizer: Any,
+            tracker: LiveTensorTracker, ledger: SavedTensorLedger, *,
             name: str | None, build_seconds: float, step_seconds: float) -> TraceResult:
     summary = tracker.summary()
-    components = {k: int(summary["by_category"].get(k, 0)) for k in CATEGORIES}
-    modules: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    components = {k: int(summary["by_category"].get(k, 0)) for k in TRACKED_CATEGORIES}
+    modules: dict[str, dict[Category, int]] = defaultdict(lambda: defaultdict(int))
     for nbytes, category, tag in tracker.peak_storages():
-        if category in ("weights_frozen", "weights_trainable", "gradients", "optimizer"):
+        if category in MODEL_STATES:
             continue  # model states are listed by category; the module table is for activations
         modules[tag or "(untagged)"][category] += nbytes
     per_module = tuple(sorted(
@@ -282,53 +189,34 @@ def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, track
         i = layer_index(row.module)
         if i is not None:
             per_layer[i] += row.bytes
-    model_states = _model_states(model, tracker)
+    model_states = _model_states(model, optimizer, tracker)
     return TraceResult(
         spec=spec, model=name or str(config.get("model_type", "model")), peak_bytes=int(summary["peak_bytes"]),
         peak_phase=str(summary["peak_phase"]), components=components, model_states=model_states,
         phase_peaks={k: int(v) for k, v in summary["phase_peaks"].items() if k != "setup"},
         per_module=per_module, per_layer_peak=dict(sorted(per_layer.items())),
         saved_by_module=dict(sorted(ledger.by_module.items())), saved_by_layer=ledger.by_layer(),
-        build_seconds=build_seconds, step_seconds=step_seconds, gpu_bytes=gpu_bytes(spec.gpu),
-        reserved_bytes=reserved_bytes(int(summary["peak_bytes"]), spec),
+        build_seconds=build_seconds, step_seconds=step_seconds,
+        # what the device reserves around the traced peak, by the estimate's stated assumptions, so the two
+        # engines judge ``fits`` alike
+        reserved_bytes=reserved_bytes(int(summary["peak_bytes"]), spec.device),
     )
 
 
-def reserved_bytes(peak: int, spec: RunSpec) -> int:
-    """What the device reserves around the traced peak, with the estimate's stated assumptions (so the two
-    engines judge ``fits`` alike, :func:`memfit.estimate.fits.reserved_bytes`): on CUDA, peak + 5% + 256 MiB
-    of allocator segments and fragmentation + 512 MiB of CUDA context and cuBLAS/cuDNN workspaces; on CPU,
-    the peak."""
-    from memfit.estimate.fits import reserved_bytes as reserved
-
-    return reserved(peak, spec.device)
-
-
-def gpu_bytes(gpu: str | None) -> int | None:
-    """Bytes of ``--gpu`` (a table name or a size such as 24GiB), None without one."""
-    if not gpu:
-        return None
-    from memfit.estimate.gpus import resolve_gpu
-
-    return resolve_gpu(gpu).bytes
-
-
-def _model_states(model: torch.nn.Module, tracker: LiveTensorTracker) -> dict[str, int]:
+def _model_states(model: torch.nn.Module, optimizer: Any, tracker: LiveTensorTracker) -> dict[Category, int]:
     """Full sizes of weights (frozen/trainable; buffers count as frozen, as in ``components``), gradients
-    and optimizer state, whatever the phase.
+    and optimizer state, whatever the phase, as the tracker books them.
 
     Gradients are one per trainable parameter, the parameter's size (autograd accumulates into a tensor
     shaped and typed like the parameter); optimizer state is what the optimizer holds after its step.
     """
-    from memfit.measure.tracker import _state_tensors
-
     frozen = trainable = 0
     seen: set[int] = set()
     for p in model.parameters():
         if id(p) in seen:
             continue
         seen.add(id(p))
-        n = _booked(tracker, p)
+        n = tracker.booked_bytes(p)
         if p.requires_grad:
             trainable += n
         else:
@@ -336,18 +224,7 @@ def _model_states(model: torch.nn.Module, tracker: LiveTensorTracker) -> dict[st
     for b in model.buffers():
         if id(b) not in seen:
             seen.add(id(b))
-            frozen += _booked(tracker, b)
-    grads = trainable
-    opt = 0
-    for oref in tracker._optimizers:
-        o = oref()
-        if o is not None:
-            opt += sum(_booked(tracker, t) for t in _state_tensors(o))
-    return {"weights_frozen": frozen, "weights_trainable": trainable, "gradients": grads, "optimizer": opt}
-
-
-def _booked(tracker: LiveTensorTracker, t: torch.Tensor) -> int:
-    if id(t.untyped_storage()) in getattr(tracker, "host_storages", ()):
-        return 0
-    n = int(t.untyped_storage().nbytes())
-    return round_cuda(n) if getattr(tracker, "round_to_block", False) else n
+            frozen += tracker.booked_bytes(b)
+    opt = sum(tracker.booked_bytes(t) for t in optimizer_state_tensors(optimizer))
+    return {Category.WEIGHTS_FROZEN: frozen, Category.WEIGHTS_TRAINABLE: trainable, Category.GRADIENTS: trainable,
+            Category.OPTIMIZER: opt}

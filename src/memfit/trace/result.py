@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from memfit.estimate.fits import FitVerdict, Headroom, judge_fit
-from memfit.estimate.gpus import GpuSpec
+from memfit.estimate.category import Category
+from memfit.estimate.fits import FitVerdict, Target
 from memfit.estimate.spec import RunSpec
 
 
@@ -29,7 +29,7 @@ class ModuleBytes:
     """
 
     module: str
-    by_category: dict[str, int] = field(default_factory=dict)
+    by_category: dict[Category, int] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -48,8 +48,8 @@ class TraceResult:
     model: str
     peak_bytes: int
     peak_phase: str
-    components: dict[str, int]
-    model_states: dict[str, int]
+    components: dict[Category, int]
+    model_states: dict[Category, int]
     phase_peaks: dict[str, int]
     per_module: tuple[ModuleBytes, ...]
     per_layer_peak: dict[int, int]
@@ -57,17 +57,19 @@ class TraceResult:
     saved_by_layer: dict[str, int]
     build_seconds: float
     step_seconds: float
-    gpu_bytes: int | None = None
     reserved_bytes: int | None = None
-    headroom: Headroom = Headroom()
+    target: Target | None = None  # --gpu and --headroom, what the step is judged against
+
+    @property
+    def gpu_bytes(self) -> int | None:
+        return None if self.target is None else self.target.gpu.bytes
 
     @property
     def verdict(self) -> FitVerdict | None:
         """:mod:`memfit.estimate.fits`' rule (reserved + headroom <= the GPU) on ``--gpu``; None without one."""
-        if self.gpu_bytes is None:
+        if self.target is None:
             return None
-        gpu = GpuSpec(name=self.spec.gpu or "--gpu", bytes=self.gpu_bytes, source="--gpu")
-        return judge_fit(self.peak_bytes, self.spec.device, gpu, self.headroom)
+        return self.target.judge(self.peak_bytes, self.spec.device)
 
     @property
     def fits(self) -> bool | None:
@@ -81,12 +83,12 @@ class TraceResult:
 
     def breakdown(self) -> Iterator[tuple[str, int]]:
         """Hierarchical keys: ``peak/<component>``, ``model_states/<state>``, ``saved/<layer>``, ``peak``."""
-        for k, v in self.components.items():
-            yield f"peak/{k}", v
-        for k, v in self.model_states.items():
-            yield f"model_states/{k}", v
-        for k, v in self.saved_by_layer.items():
-            yield f"saved/{k}", v
+        for category, v in self.components.items():
+            yield f"peak/{category}", v
+        for category, v in self.model_states.items():
+            yield f"model_states/{category}", v
+        for layer, v in self.saved_by_layer.items():
+            yield f"saved/{layer}", v
         yield "peak", self.peak_bytes
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +101,7 @@ class TraceResult:
             "components": dict(self.components),
             "model_states": dict(self.model_states),
             "reserved_bytes": self.reserved_bytes,
+            "gpu": None if self.target is None else self.target.gpu.to_dict(),
             "gpu_bytes": self.gpu_bytes,
             "fits": self.fits,
             "verdict": None if self.verdict is None else self.verdict.to_dict(),

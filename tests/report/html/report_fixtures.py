@@ -8,6 +8,10 @@ measure.json   memfit measure tiny-llama.json --batch 1,2,4 --seq 128,256 --chec
                --precision fp32 --method lora --steps 3 --json   (a 4-layer llama, hidden 128, on 2 CPU cores)
 lengths.json   memfit lengths gsm8k/train.jsonl --tokenizer llama2 --prompt question --completion answer
                --seq-len 2048 --batch 8 --model llama-3.1-8b --json
+
+legacy/ holds estimate and fit JSON as memfit wrote it before the moments were typed and the advisor's JSON
+carried no sentences (``moments`` as {label: bytes}, each step's ``cost`` and each skip's ``reason`` in
+words, the GPU named in the spec): a saved file of that form still renders (``memfit report``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ DATA = Path(__file__).parent / "data"
 COMMANDS = ("estimate", "trace", "measure", "fit", "lengths")
 
 
-def load(command: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((DATA / f"{command}.json").read_text())
+LEGACY = ("estimate", "fit")
+
+
+def load(command: str, *, legacy: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / ("legacy" if legacy else "") / f"{command}.json").read_text())
     return data
 
 
@@ -30,7 +37,9 @@ def required_paths(command: str, d: dict[str, Any]) -> set[tuple[Any, ...]]:
     if command == "estimate":
         paths = {("peak_bytes",), ("reserved_bytes",), ("gpu_bytes",), ("activation_bytes",), ("rule_of_thumb_bytes",)}
         paths |= {("components", k) for k, v in d["components"].items() if v}
-        paths |= {("moments", k) for k in d["moments"]}
+        moments = d["moments"]
+        paths |= ({("moments", i, "total") for i in range(len(moments))} if isinstance(moments, list)
+                  else {("moments", k) for k in moments})
         paths |= {("activations_per_layer", k) for k in d["activations_per_layer"]}
         paths |= {("model_states", k) for k, v in d["model_states"].items() if v}
     elif command == "trace":
@@ -40,8 +49,8 @@ def required_paths(command: str, d: dict[str, Any]) -> set[tuple[Any, ...]]:
         paths |= {("phase_peaks", k) for k in d["phase_peaks"]}
     elif command == "measure":
         paths = {("runs", i, "peak_bytes") for i, r in enumerate(d["runs"]) if r["fits"]}
-        paths |= {("fits", i, "r2") for i in range(len(d["fits"]))}
-        paths |= {("fits", i, "slope_bytes_per_sample") for i in range(len(d["fits"]))}
+        paths |= {("peak_vs_batch", i, "r2") for i in range(len(d["peak_vs_batch"]))}
+        paths |= {("peak_vs_batch", i, "slope_bytes_per_sample") for i in range(len(d["peak_vs_batch"]))}
         paths |= {("checkpointing_trade", i, k) for i in range(len(d["checkpointing_trade"]))
                   for k in ("saved_bytes", "fraction_saved", "slowdown")}
     elif command == "fit":

@@ -9,7 +9,7 @@ from typing import Any
 
 import dom_figures
 import pytest
-from report_fixtures import COMMANDS, load, required_paths
+from report_fixtures import COMMANDS, LEGACY, load, required_paths
 
 from memfit.errors import MemfitError
 from memfit.report.html import detect_command, render_page
@@ -23,6 +23,28 @@ def test_page_figures_equal_the_json(command: str) -> None:
     seen = set(dom_figures.check(html, d))
     missing = required_paths(command, d) - seen
     assert not missing, f"figures not on the {command} page: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("command", LEGACY)
+def test_older_json_still_renders(command: str) -> None:
+    """Saved output of an older memfit: the estimate's {label: bytes} moments, the advisor's sentences."""
+    d = load(command, legacy=True)
+    html = render_page(d, source=f"{command}.json")
+    missing = required_paths(command, d) - set(dom_figures.check(html, d))
+    assert not missing, f"figures not on the {command} page: {sorted(missing)}"
+    if command == "fit":
+        assert d["steps"][0]["cost"] in html and "Skipped: longest_example (needs --data and --tokenizer)" in html
+
+
+def test_fit_page_writes_the_sentences_from_the_data() -> None:
+    """The advisor's JSON has codes and figures; the page words them as the terminal report does."""
+    d = load("fit")
+    assert "cost" not in d["steps"][0] and d["skipped"][1] == {"action": "attention", "reason": "already",
+                                                              "facts": {"value": "sdpa"}}
+    html = render_page(d)
+    assert "time only: x1.33 step time (model: one extra forward, fwd:bwd = 1:2)" in html
+    assert "attention (already sdpa)" in html and "Needs: model.gradient_checkpointing_enable()" in html
+    assert "Sequence length: no data given" in html and "Why rank comes last: rank 64 -&gt; 8" in html
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -42,7 +64,8 @@ def test_user_text_is_escaped() -> None:
     """Model names and paths come from users: markup in them must come out as text."""
     d = load("estimate")
     d["model"] = '<script>alert("x")</script>'
-    d["moments"] = {'forward: <b onmouseover="x">': 5, **d["moments"]}
+    d["moments"] = [{"phase": "forward", "label": 'forward: <b onmouseover="x">', "parts": {"inputs": 5},
+                     "total": 5}, *d["moments"]]
     html = render_page(d, source='my "runs" & <stuff>.json')
     assert "<script>" not in html and "<b onmouseover" not in html
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
@@ -53,8 +76,8 @@ def test_user_text_is_escaped() -> None:
 
 
 def test_estimate_page_takes_typed_moments_and_a_timeline() -> None:
-    """The coming typed moments and an engine timeline draw one polygon per category present, the peak
-    labelled and listed with its categories; today's totals draw one grey series."""
+    """Typed moments and an engine timeline draw one polygon per category present, the peak labelled and
+    listed with its categories; older totals-only moments draw one grey series."""
     d = load("estimate")
     typed = copy.deepcopy(d)
     typed["moments"] = [
@@ -137,3 +160,19 @@ def test_trace_and_measure_pages_draw_a_timeline_when_the_json_has_one(command: 
     assert step.count("<tr") == 1 + 3 + 1 + 3 + 1  # phase table: head + 3 phases; alive: head + 3 + total
     checked = set(dom_figures.check(html, d))
     assert {("timeline", 10, "bytes_by_category", c) for c in ("weights_frozen", "activations", "logits")} <= checked
+
+
+def test_measure_page_reads_json_written_before_the_runtime_split() -> None:
+    """Saved ``memfit measure --json`` files name the lines ``fit`` / ``fits`` and carry a prose ``verdict``:
+    the page shows the same figures and sentences from them as from today's keys."""
+    d = load("measure")
+    old = {k: v for k, v in d.items() if k not in ("peak_vs_batch", "peak_vs_batch_headline", "checkpointing_trade")}
+    old["fit"], old["fits"] = d["peak_vs_batch_headline"], d["peak_vs_batch"]
+    old["checkpointing_trade"] = [{**{k: v for k, v in t.items() if k != "advice"}, "verdict": f"verdict {i}"}
+                                  for i, t in enumerate(d["checkpointing_trade"])]
+    html = render_page(old)
+    seen = set(dom_figures.check(html, old))
+    assert {("fits", i, "r2") for i in range(len(old["fits"]))} <= seen
+    assert "verdict 0" in html
+    new = render_page(d)
+    assert "saves 32% for 93% more time: take it only if the run does not fit without it" in new

@@ -121,13 +121,15 @@ def tiny_llama(vocab_size: int, *, max_positions: int = 4096, seed: int = 0,
     2 layers, hidden 64, intermediate 128, 4 query heads and 2 key/value heads (grouped-query attention, as in
     Llama 3), RoPE: enough to show any leak across examples, cheap on a CPU.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from memfit.runtime.build import hf_config, tiny_config
 
     if vocab_size < 2:
         raise MemfitError(f"the model needs a vocabulary of at least 2 tokens, not {vocab_size}")
-    config = AutoConfig.for_model("llama", vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
-                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                  max_position_embeddings=max_positions, use_cache=False)
+    config = hf_config(tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128,
+                                   vocab=vocab_size, max_positions=max_positions))
+    config.use_cache = False
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation, dtype=torch.float32)

@@ -3,9 +3,9 @@ a stacked step area with the peak marked.
 
 Three inputs, one picture (:class:`StepSeries`):
 
-- the estimate's step moments as they are in its JSON today, ``{"backward: loss": bytes, ...}`` (totals
-  only: one grey series);
-- typed moments, ``[{"phase": "backward", "label": "backward: loss", "parts": {category: bytes}}, ...]``;
+- the estimate's typed moments, ``[{"phase": "backward", "label": "backward: loss", "parts": {category:
+  bytes}, "total": bytes}, ...]`` (``total`` optional);
+- the moments of older estimate JSON, ``{"backward: loss": bytes, ...}`` (totals only: one grey series);
 - an engine's timeline, ``[{"t": 0, "phase": "forward", "module": "model.layers.0.mlp",
   "bytes_by_category": {category: bytes}}, ...]``, downsampled here to :data:`MAX_POINTS`: the first and
   last events and each bucket's highest point (so the peak survives).
@@ -48,6 +48,7 @@ class StepSeries:
     modules: tuple[str, ...]
     paths: tuple[JsonPath, ...]  # where each point's bytes are in the JSON
     dropped: int = 0  # timeline points not drawn (downsampled)
+    total_paths: tuple[JsonPath | None, ...] = ()  # where each point's total is in the JSON, when it is
 
     @property
     def peak_index(self) -> int:
@@ -71,25 +72,28 @@ def moments_series(moments: Mapping[str, Any] | Sequence[Mapping[str, Any]], key
     >>> [seg.parts for seg in s.segments], s.phases, s.peak_index
     ([{'total': 10}, {'total': 12}], ('forward', 'backward'), 1)
     """
+    totals: list[JsonPath | None]
     if isinstance(moments, Mapping):
         labels = list(moments)
         parts = [{"total": int(moments[k])} for k in labels]
         phases = [_phase_of(k) for k in labels]
         paths: list[JsonPath] = [(key, k) for k in labels]
+        totals = list(paths)
     elif isinstance(moments, Sequence) and not isinstance(moments, str):
-        labels, parts, phases, paths = [], [], [], []
+        labels, parts, phases, paths, totals = [], [], [], [], []
         for i, m in enumerate(moments):
             lab = str(m["label"])
             labels.append(lab)
             parts.append({str(c): int(v) for c, v in m["parts"].items()})
             phases.append(str(m.get("phase") or _phase_of(lab)))
             paths.append((key, i, "parts"))
+            totals.append((key, i, "total") if "total" in m else None)
     else:
         raise MemfitError(f"'{key}' must be a mapping of label to bytes or a list of {{phase, label, parts}}")
     if not labels:
         raise MemfitError(f"'{key}' is empty: nothing to draw")
     return StepSeries(kind="moments", segments=tuple(moment_segments(parts)), labels=tuple(labels),
-                      phases=tuple(phases), modules=("",) * len(labels), paths=tuple(paths))
+                      phases=tuple(phases), modules=("",) * len(labels), paths=tuple(paths), total_paths=tuple(totals))
 
 
 def timeline_series(timeline: Sequence[Mapping[str, Any]], key: str = "timeline",
@@ -224,9 +228,10 @@ def _wrap(text: str, width: int) -> list[str]:
 def series_rows(series: StepSeries) -> list[tuple[str, str, Html, Html]]:
     """Table rows, one per point: label, phase, exact bytes, GiB (each tied to its JSON path)."""
     rows = []
-    for seg, lab, phase, path in zip(series.segments, series.labels, series.phases, series.paths, strict=True):
-        if "total" in seg.parts and len(seg.parts) == 1:
-            rows.append((lab, phase, figure(seg.total, path, "B"), figure(seg.total, path, "GiB")))
+    totals = series.total_paths or (None,) * len(series.paths)
+    for seg, lab, phase, total in zip(series.segments, series.labels, series.phases, totals, strict=True):
+        if total is not None:
+            rows.append((lab, phase, figure(seg.total, total, "B"), figure(seg.total, total, "GiB")))
         else:
             rows.append((lab, phase, Html(el("span", exact(seg.total), class_="sum")),
                          Html(el("span", human(seg.total), class_="sum"))))

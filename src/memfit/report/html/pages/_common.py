@@ -31,13 +31,16 @@ def spec_summary(spec: Mapping[str, Any] | None) -> str:
     parts += [f"checkpointing {ckpt}", f"{spec.get('attention', '?')} attention on {spec.get('device', '?')}"]
     if spec.get("loss") not in (None, "standard"):
         parts.append(f"loss {spec['loss']}")
+    if spec.get("sharding") not in (None, "none"):
+        parts.append(f"{spec['sharding']} over {spec.get('gpus')} GPUs (figures per GPU)")
     return ", ".join(parts)
 
 
 def gpu_capacity(gpu: Mapping[str, Any] | None = None, gpu_bytes: int | None = None,
                  spec: Mapping[str, Any] | None = None) -> Capacity | None:
     """The GPU line: from the JSON's ``gpu`` object, else ``gpu_bytes`` with the spec's ``--gpu`` as its name,
-    else the spec's ``--gpu`` looked up in memfit's GPU table (None when there is no GPU at all)."""
+    else the spec's ``--gpu`` looked up in memfit's GPU table (None when there is no GPU at all). The spec
+    named the GPU in JSON written before the GPU left the run spec."""
     if gpu and gpu.get("bytes"):
         return Capacity(f"GPU {gpu.get('name', '')}".strip(), int(gpu["bytes"]))
     name = (spec or {}).get("gpu")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memfit.report.fit import need_text, seq_rule_text, skip_reason, step_cost
 from memfit.report.html.axis import Capacity
 from memfit.report.html.figures import figure, human
 from memfit.report.html.markup import Html, el
@@ -32,7 +33,20 @@ def spec_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
 
 def _setup(step: Mapping[str, Any]) -> dict[str, Any]:
     """A step's spec plus the sharding and packing the search also changes."""
-    return {**(step.get("spec") or {}), "sharding": step.get("sharding", "none"), "packing": step.get("packing", False)}
+    spec = step.get("spec") or {}
+    return {**spec, "sharding": step.get("sharding", spec.get("sharding", "none")),
+            "packing": step.get("packing", False)}
+
+
+def _cost(step: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    """A step's cost in words, written from its facts as the terminal report writes it (a JSON written before
+    the advisor returned data carries its own sentence)."""
+    if step.get("cost"):
+        return str(step["cost"])
+    if step.get("facts") is None:
+        return ""
+    source = str((d.get("time_model") or {}).get("source", ""))
+    return step_cost(str(step["action"]), step["facts"], float(step.get("time_factor") or 1.0), time_source=source)
 
 
 def fit_page(d: Mapping[str, Any], source: str | None = None) -> str:
@@ -64,8 +78,7 @@ def fit_page(d: Mapping[str, Any], source: str | None = None) -> str:
     if cost.get("time_factor") is not None:
         kpis.append(kpi("step time of the plan", figure(cost["time_factor"], ["final", "cost", "time_factor"], "x"),
                         f"gives up {cost.get('gives_up', '?')}"))
-    remedies = [Remedy(str(s["action"]), int(s["peak_bytes"]), s.get("time_factor"), str(s.get("cost") or ""))
-                for s in steps]
+    remedies = [Remedy(str(s["action"]), int(s["peak_bytes"]), s.get("time_factor"), _cost(s, d)) for s in steps]
     chart = waterfall_chart(start, remedies, budget=Capacity("budget" + per, budget), capacity=gpu,
                             cheapest=int(cheapest["peak_bytes"]) if cheapest.get("fits") and
                             cheapest.get("peak_bytes") is not None else None,
@@ -79,7 +92,7 @@ def fit_page(d: Mapping[str, Any], source: str | None = None) -> str:
                      figure(s["peak_bytes"], ["steps", i, "peak_bytes"], "B"),
                      figure(s["saved_bytes"], ["steps", i, "saved_bytes"], "B"),
                      el("span", "yes", class_="ok") if s.get("fits") else el("span", "no", class_="bad"),
-                     str(s.get("cost") or "")])
+                     _cost(s, d)])
         previous = now
     sections = [section(
         "The fit path",
@@ -116,26 +129,28 @@ def _cheapest(d: Mapping[str, Any], c: Mapping[str, Any]) -> Html:
     if rows:
         body.append(table(["setting", "as given", "cheapest"], rows))
     if c.get("needs"):
-        body.append(el("p", "Needs: " + "; ".join(map(str, c["needs"])) + ".", class_="note"))
+        spec = c.get("spec") or {}
+        body.append(el("p", "Needs: " + "; ".join(need_text(str(n), spec) for n in c["needs"]) + ".", class_="note"))
     return section("Cheapest overall", *body)
 
 
 def _notes(d: Mapping[str, Any]) -> list[Html]:
     out: list[Html] = []
-    r = d.get("rank_lesson")
+    key = "rank_reduction" if d.get("rank_reduction") else "rank_lesson"  # the key of older JSON
+    r = d.get(key)
     if r:
         out.append(el("p", [
             f"Why rank comes last: rank {r['from_rank']} -> {r['to_rank']} alone saves ",
-            figure(r["saved_bytes"], ["rank_lesson", "saved_bytes"], "B"), " (",
-            figure(r["saved_bytes"], ["rank_lesson", "saved_bytes"], "GB", 3), ") against ",
-            figure(r["activation_bytes"], ["rank_lesson", "activation_bytes"], "GiB"),
-            " of activations: the peak would be ", figure(r["peak_after_bytes"], ["rank_lesson", "peak_after_bytes"],
-                                                          "GiB"),
+            figure(r["saved_bytes"], [key, "saved_bytes"], "B"), " (",
+            figure(r["saved_bytes"], [key, "saved_bytes"], "GB", 3), ") against ",
+            figure(r["activation_bytes"], [key, "activation_bytes"], "GiB"),
+            " of activations: the peak would be ", figure(r["peak_after_bytes"], [key, "peak_after_bytes"], "GiB"),
             ", which " + ("fits." if r.get("fits_after") else "still does not fit.")]))
     skipped = d.get("skipped") or []
     if skipped:
-        out.append(el("p", "Skipped: " + "; ".join(f"{s['action']} ({s['reason']})" for s in skipped) + ".",
-                      class_="note"))
+        out.append(el("p", "Skipped: " + "; ".join(
+            f"{s['action']} ({skip_reason(str(s['action']), str(s['reason']), s.get('facts') or {})})"
+            if "facts" in s else f"{s['action']} ({s['reason']})" for s in skipped) + ".", class_="note"))
     small = d.get("smallest_gpu") or {}
     for key, what in (("initial", "the run as given"), ("final", "the plan")):
         g = small.get(key)
@@ -146,6 +161,8 @@ def _notes(d: Mapping[str, Any]) -> list[Html]:
     if tm:
         out.append(el("p", f"Checkpointing time factor x{float(tm.get('checkpoint_factor', 0)):.2f} "
                            f"({tm.get('source', '')}).", class_="note"))
-    if d.get("seq_rule"):
-        out.append(el("p", f"Sequence length: {d['seq_rule']}.", class_="note"))
+    rule = d.get("seq_rule")
+    text = seq_rule_text(rule) if rule in ("fallback", "data") else rule  # older JSON: the sentence itself
+    if text:
+        out.append(el("p", f"Sequence length: {text}.", class_="note"))
     return out

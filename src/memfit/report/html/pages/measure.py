@@ -1,5 +1,8 @@
-"""The page for ``memfit measure --json``: every measured point by category, the batch sweep with its linear
-fits and R^2, the checkpointing comparison side by side, the largest batch that fits."""
+"""The page for ``memfit measure --json``: every measured point by category, the batch sweep with its
+least-squares lines and R^2, the checkpointing comparison side by side, the largest batch that fits.
+
+JSON written before the runtime split names the lines ``fit`` / ``fits`` and carries a ``verdict`` sentence
+per trade; both forms are read."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from memfit.report.html.pages._common import gpu_capacity, over_the_step, requir
 from memfit.report.html.palette import SERIES
 from memfit.report.html.sweep import LineFit, SweepSeries, sweep_chart
 from memfit.report.html.timeline import timeline_series
+from memfit.report.measure import trade_verdict
 
 
 def _point(r: Mapping[str, Any]) -> str:
@@ -37,11 +41,12 @@ def measure_page(d: Mapping[str, Any], source: str | None = None) -> str:
         i, top = max(ok, key=lambda ir: int(ir[1]["peak_bytes"]))
         kpis.append(kpi("largest peak", figure(top["peak_bytes"], ["runs", i, "peak_bytes"], "MiB" if
                                                int(top["peak_bytes"]) < 2**30 else "GiB"), _point(top)))
-    fit = d.get("fit")
-    if fit:
-        slope = fit["slope_bytes_per_sample"]
-        kpis.append(kpi("peak per extra sample", figure(slope, ["fit", "slope_bytes_per_sample"], _unit(slope)),
-                        f"R² {fit['r2']:.4f} at seq {fit['seq']}, checkpointing {fit['checkpointing']}"))
+    head_key = "peak_vs_batch_headline" if "peak_vs_batch_headline" in d else "fit"
+    head = d.get(head_key)
+    if head:
+        slope = head["slope_bytes_per_sample"]
+        kpis.append(kpi("peak per extra sample", figure(slope, [head_key, "slope_bytes_per_sample"], _unit(slope)),
+                        f"R² {head['r2']:.4f} at seq {head['seq']}, checkpointing {head['checkpointing']}"))
     trades = d.get("checkpointing_trade") or []
     if trades:
         t = trades[0]
@@ -49,8 +54,9 @@ def measure_page(d: Mapping[str, Any], source: str | None = None) -> str:
                                                       "%", 1), f"for x{t['slowdown']:.2f} time at b{t['batch']} "
                                                                   f"s{t['seq']}"))
     sections = []
-    if d.get("fits"):
-        sections.append(_sweep(runs, d["fits"], cap))
+    lines_key = "peak_vs_batch" if "peak_vs_batch" in d else "fits"
+    if d.get(lines_key):
+        sections.append(_sweep(runs, d[lines_key], cap, lines_key))
     if trades:
         sections.append(_trades(runs, trades, cap))
     sections.append(_points(runs, ok, cap))
@@ -95,13 +101,14 @@ def _points(runs: list[Mapping[str, Any]], ok: list[tuple[int, Mapping[str, Any]
                         "fresh process" + (f", against the {cap.text()}" if cap else "") + ".")
 
 
-def _sweep(runs: list[Mapping[str, Any]], fits: list[Mapping[str, Any]], cap: Capacity | None) -> Html:
+def _sweep(runs: list[Mapping[str, Any]], lines: list[Mapping[str, Any]], cap: Capacity | None,
+           json_key: str) -> Html:
     groups: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for r in runs:
         if r.get("fits") and r.get("peak_bytes") is not None:
             groups.setdefault((int(r["seq"]), str(r["checkpointing"])), []).append((int(r["batch"]),
                                                                                    int(r["peak_bytes"])))
-    by_key = {(int(f["seq"]), str(f["checkpointing"])): f for f in fits}
+    by_key = {(int(f["seq"]), str(f["checkpointing"])): f for f in lines}
     seq_colour = {seq: SERIES[n % len(SERIES)] for n, seq in enumerate(sorted({k[0] for k in groups}))}
     series = []
     for key, pts in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "none")):
@@ -110,12 +117,13 @@ def _sweep(runs: list[Mapping[str, Any]], fits: list[Mapping[str, Any]], cap: Ca
         series.append(SweepSeries(f"seq {key[0]}, checkpointing {key[1]}", seq_colour[key[0]], sorted(pts), lf,
                                   dashed=key[1] != "none"))
     rows = []
-    for i, f in enumerate(fits):
+    for i, f in enumerate(lines):
         rows.append([str(f["seq"]), str(f["checkpointing"]), ", ".join(map(str, f.get("batches") or [])),
-                     figure(f["slope_bytes_per_sample"], ["fits", i, "slope_bytes_per_sample"], "B"),
-                     figure(f["intercept_bytes"], ["fits", i, "intercept_bytes"], "B"),
-                     figure(f["r2"], ["fits", i, "r2"], "", 6),
-                     figure(f.get("bytes_per_layer_token_hidden"), ["fits", i, "bytes_per_layer_token_hidden"], "", 2)])
+                     figure(f["slope_bytes_per_sample"], [json_key, i, "slope_bytes_per_sample"], "B"),
+                     figure(f["intercept_bytes"], [json_key, i, "intercept_bytes"], "B"),
+                     figure(f["r2"], [json_key, i, "r2"], "", 6),
+                     figure(f.get("bytes_per_layer_token_hidden"), [json_key, i, "bytes_per_layer_token_hidden"], "",
+                            2)])
     return section(
         "Peak against micro-batch, with the linear fit",
         sweep_chart(series, cap, "measured peak against micro-batch, least-squares lines"),
@@ -144,7 +152,7 @@ def _trades(runs: list[Mapping[str, Any]], trades: list[Mapping[str, Any]], cap:
         rows.append([f"{t['batch']} x {t['seq']}", figure(t["peak_without"], [*p, "peak_without"], "B"),
                      figure(t["peak_with"], [*p, "peak_with"], "B"), figure(t["saved_bytes"], [*p, "saved_bytes"], "B"),
                      figure(t["fraction_saved"], [*p, "fraction_saved"], "%", 1),
-                     figure(t["slowdown"], [*p, "slowdown"], "x", 2), str(t.get("verdict", ""))])
+                     figure(t["slowdown"], [*p, "slowdown"], "x", 2), _verdict(t)])
     return section(
         "Checkpointing: memory saved against time lost",
         budget_chart(BudgetChart(bars, cap, "each point without and with full checkpointing",
@@ -154,6 +162,12 @@ def _trades(runs: list[Mapping[str, Any]], trades: list[Mapping[str, Any]], cap:
         lead="The same point measured without and with full activation checkpointing, side by side: the bytes it "
              "saves and the time per step it costs.",
     )
+
+
+def _verdict(t: Mapping[str, Any]) -> str:
+    if "advice" in t:
+        return trade_verdict(float(t["fraction_saved"]), float(t["slowdown"]), str(t["advice"]))
+    return str(t.get("verdict", ""))
 
 
 def _max_batch(m: Mapping[str, Any]) -> Html:

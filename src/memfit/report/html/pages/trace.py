@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from memfit.estimate.arch import block_containers
 from memfit.report.html.bars import Bar, column_chart, row_chart
 from memfit.report.html.budget import BarRow, BudgetChart, budget_chart
 from memfit.report.html.figures import figure, human
@@ -23,7 +24,7 @@ from memfit.report.html.pages._common import (
 from memfit.report.html.palette import colour, label, ordered
 from memfit.report.html.timeline import timeline_series
 
-_BLOCK = re.compile(r"((?:^|\.)(?:layers|h|blocks|layer))\.\d+(?=\.|$)")
+_BLOCK = re.compile(rf"((?:^|\.)(?:{'|'.join(block_containers())}))\.\d+(?=\.|$)")
 _LAYER = re.compile(r"^layer (\d+)$")
 
 
@@ -63,7 +64,7 @@ def trace_page(d: Mapping[str, Any], source: str | None = None) -> str:
     spec = d.get("spec") or {}
     peak = int(d["peak_bytes"])
     reserved = int(d.get("reserved_bytes") or peak)
-    cap = gpu_capacity(None, d.get("gpu_bytes"), spec)
+    cap = gpu_capacity(d.get("gpu"), d.get("gpu_bytes"), spec)
     est = d.get("estimate") or None
     need = reserved if d.get("reserved_bytes") else peak
     spare = cap.bytes - need if cap else None

@@ -1,0 +1,192 @@
+"""Activations: what autograd keeps from the forward for the backward, op by op, for one training step.
+
+The forward is replayed symbolically, op by op, as transformers 5.24 writes it, on tensors that carry only
+their shape, dtype, ``requires_grad`` and storage (:mod:`.tape`): the embedding (:mod:`.embedding`), the
+decoder blocks (:mod:`.block`, one recipe driven by the architecture's layout flags, with the ops of
+:mod:`.ops` and the mixture of experts of :mod:`.moe`), the final norm, lm_head and the loss
+(:mod:`.head`); checkpointing decides what the blocks keep (:mod:`.checkpointing`).
+
+Under autocast (``mixed-*``) every linear / matmul / sdpa input is cast to the compute dtype: the cast
+copies are what is saved, one per consumer (q, k and v each save their own bf16 copy of the normed
+input), and frozen weights are cast again at every call, so a frozen linear whose input requires grad
+keeps a bf16 copy of its weight alive until its backward runs.
+
+Parameters are not activations. Block 0 and block 1 are replayed; layers 1..L-1 are alike: layer 0
+differs because its input (the embedding output) does not require grad when the embedding is frozen
+(LoRA), so it saves less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfit.errors import MemfitError
+from memfit.estimate.activations.block import block_forward
+from memfit.estimate.activations.checkpointing import checkpoint_segment, checkpoints
+from memfit.estimate.activations.embedding import embed, rotary_tables
+from memfit.estimate.activations.head import head_and_loss
+from memfit.estimate.activations.ops import Replay, Rope
+from memfit.estimate.activations.tape import Saved, SymTensor
+from memfit.estimate.constants import RULE_OF_THUMB_BYTES
+from memfit.estimate.lora import block_linears
+from memfit.estimate.shape import ModelShape
+from memfit.estimate.spec import RunSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActivationBytes:
+    """Bytes saved for backward by one forward pass, by where they are kept.
+
+    ``first_layer`` and ``per_layer`` are one block's saved bytes (layer 0 and each of layers 1..L-1),
+    ``by_component`` splits a typical block (``"attention/scores"``, ``"mlp/act"`` ...), ``shared`` are
+    tensors made once and used by every block (rotary cos/sin), ``head`` the final norm and lm_head
+    inputs, ``loss`` what the loss keeps (standard: the fp32 log-softmax b*s*V*4 and the labels; chunked:
+    d(hidden), d(lm_head) and the labels), ``embedding`` the ids.
+    With checkpointing, ``checkpoints`` holds the kept block inputs and ``per_layer`` is what one block
+    holds while it is recomputed in the backward.
+    """
+
+    first_layer: int
+    per_layer: int
+    by_component: dict[str, int]
+    first_by_component: dict[str, int]
+    shared: int
+    head: int
+    loss: int
+    embedding: int
+    checkpoints: int
+    n_layers: int
+    segment: int  # blocks per checkpointed segment (0: no checkpointing; 1: every block)
+    layer_input: int  # one block's input (b*s*h in the residual dtype): what a checkpoint keeps
+    logits_bytes: int  # b*s*V in the logits' dtype (compute dtype); 0 for the chunked loss
+    loss_workspace: int  # one fp32 vocabulary-wide tensor of the loss: b*s*V*4 (standard), C*V*4 (chunked)
+    backward_first: int = 0  # block 0's saved bytes + gradients alive at the widest op of its backward
+    backward_per: int = 0  # the same for a typical block
+    input_saved: int = 0  # bytes of a block's input that the block itself saves (a checkpoint aliases it)
+    plain_blocks: int = 0  # every-k: blocks that are not checkpointed and keep all they save
+
+    @property
+    def layers(self) -> int:
+        """Saved bytes of all blocks at the end of the forward."""
+        if self.plain_blocks:
+            return self.checkpoints + self.first_layer + (self.plain_blocks - 1) * self.per_layer
+        if self.segment:
+            return self.checkpoints
+        return self.first_layer + (self.n_layers - 1) * self.per_layer
+
+    @property
+    def total(self) -> int:
+        """Everything alive at the end of the forward that is not a weight: what the backward consumes."""
+        return self.layers + self.shared + self.head + self.loss + self.embedding
+
+    def breakdown(self) -> dict[str, int]:
+        out = {f"activations/layer/{k}": v for k, v in self.by_component.items()}
+        out["activations/layer/total"] = self.per_layer
+        out["activations/layers"] = self.layers
+        out["activations/shared"] = self.shared
+        out["activations/head"] = self.head
+        out["activations/loss"] = self.loss
+        out["activations/embedding"] = self.embedding
+        if self.segment:
+            out["activations/checkpoints"] = self.checkpoints
+        out["activations/total"] = self.total
+        return out
+
+
+def rule_of_thumb_activation_bytes(n_layers: int, batch: int, seq: int, hidden: int) -> int:
+    """The lesson's rough figure for a bf16 block: L * b * s * h * 20 bytes.
+
+    >>> rule_of_thumb_activation_bytes(24, 4, 2048, 2048)
+    8053063680
+    >>> rule_of_thumb_activation_bytes(32, 2, 4096, 4096)
+    21474836480
+    """
+    for name, v in (("layers", n_layers), ("batch", batch), ("seq", seq), ("hidden", hidden)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise MemfitError(f"--{name} must be a positive integer, got {v!r}")
+    return n_layers * batch * seq * hidden * RULE_OF_THUMB_BYTES
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Blocks:
+    """Block 0 and a typical block, replayed."""
+
+    first: dict[str, int]  # saved bytes by component
+    per: dict[str, int]
+    shared: int
+    backward_first: int
+    backward_per: int
+    input_saved: int
+    first_out: SymTensor
+    last: SymTensor
+
+
+def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for storage, s in saved.items():
+        if storage not in skip:
+            out[s.component] = out.get(s.component, 0) + s.nbytes
+    return out
+
+
+def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
+    """Replay block 0 on the embedding output and block 1 on block 0's output. cos/sin count as ``shared``
+    in the first block that saves them (a frozen block 0 may not)."""
+    t = rp.tape
+    rope_storages = {r.storage for r in rope} if rope is not None else set()
+    mark = t.mark()
+    x1 = block_forward(rp, x, rope)
+    first_saved, backward_first = t.saved_since(mark), t.backward_peak(mark)
+    shared = rope_storages & first_saved.keys()
+    first = _by_component(first_saved, shared)
+    if rp.model.n_layers == 1:
+        input_saved = first_saved[x.storage].nbytes if x.storage in first_saved else 0
+        return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
+                       backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
+                       first_out=x1, last=x1)
+    mark = t.mark()
+    x2 = block_forward(rp, x1, rope)
+    per_saved, backward_per = t.saved_since(mark), t.backward_peak(mark)
+    shared = shared or (rope_storages & per_saved.keys())
+    return _Blocks(first=first, per=_by_component(per_saved, shared), shared=sum(t.saved[s].nbytes for s in shared),
+                   backward_first=backward_first, backward_per=backward_per,
+                   input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
+                   first_out=x1, last=x2)
+
+
+def _check_run(rp: Replay) -> None:
+    """Refuse what transformers or PEFT refuse for this model and run."""
+    m, spec = rp.model, rp.spec
+    wrapped = sorted({lin.name for lin in block_linears(m) if lin.path in rp.adapted and not lin.is_nn_linear})
+    if spec.lora_dropout > 0.0 and wrapped:
+        # peft 0.21.2 ParamWrapper.update_layer: "does not work with lora_dropout != 0" (a ValueError)
+        raise MemfitError(f"PEFT cannot apply LoRA dropout to {', '.join(wrapped)} ({m.model_type}'s router / "
+                          "fused experts, which --targets all-linear adapts through ParamWrapper): pass "
+                          "--lora-dropout 0, or name the attention projections in --targets (e.g. q_proj,v_proj)")
+
+
+def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
+    """Saved-for-backward bytes of one forward of ``shape`` under ``spec``; see the module docstring."""
+    shape.arch.check_attention(spec.attention)
+    if shape.layout.position == "learned" and spec.seq > shape.max_positions:
+        raise MemfitError(f"{shape.name} has {shape.max_positions:,} learned positions; --seq {spec.seq:,} "
+                          f"exceeds them: use --seq {shape.max_positions} or less")
+    rp = Replay.start(shape, spec)
+    _check_run(rp)
+    x = embed(rp)
+    embedding = rp.tape.saved_total
+    blocks = _replay_blocks(rp, x, rotary_tables(rp))
+    head = head_and_loss(rp, blocks.last)
+    layer_input = spec.batch * spec.seq * shape.hidden * blocks.first_out.itemsize
+    ck = checkpoints(shape, spec, layer_input=layer_input, mask_itemsize=rp.float_itemsize)
+    first, per = sum(blocks.first.values()), sum(blocks.per.values())
+    return ActivationBytes(
+        first_layer=first, per_layer=per, by_component=blocks.per, first_by_component=blocks.first,
+        shared=blocks.shared, head=head.saved, loss=head.loss, embedding=embedding, checkpoints=ck.kept_bytes,
+        n_layers=shape.n_layers, segment=ck.segment, layer_input=layer_input, logits_bytes=head.logits_bytes,
+        loss_workspace=head.loss_workspace, backward_first=max(first, blocks.backward_first),
+        backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,
+    )
+
+
+__all__ = ["ActivationBytes", "checkpoint_segment", "estimate_activations", "rule_of_thumb_activation_bytes"]

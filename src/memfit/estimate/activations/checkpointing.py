@@ -1,0 +1,71 @@
+"""Activation checkpointing: which blocks keep only their input, and what else a checkpoint keeps.
+
+A checkpointed segment keeps only its input (b*s*h in the residual dtype) through the forward; the backward
+recomputes one segment at a time, so the recompute holds ``segment`` blocks' activations at once. The
+arguments of a checkpointed block are kept with it (``torch.utils.checkpoint``, non-reentrant): under
+eager attention (or sdpa with a padding mask) that includes the (b, 1, s, s) attention mask, one per kind
+of layer the model has (Gemma 2 alternates sliding-window and full layers: two masks), kept to the end of
+the backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfit.estimate.shape import ModelShape
+from memfit.estimate.spec import RunSpec
+
+
+def checkpoint_segment(spec: RunSpec, n_layers: int) -> int:
+    """Blocks per checkpointed segment: 0 without checkpointing, 1 for ``full`` (transformers checkpoints
+    every decoder layer) and for the checkpointed blocks of ``every-k`` (one block in k, the others not
+    checkpointed; 0 when k > L), ceil(sqrt(L)) for ``sqrt`` (Chen et al. 2016, section 4).
+
+    >>> checkpoint_segment(RunSpec(checkpointing="sqrt"), 32), checkpoint_segment(RunSpec(checkpointing="full"), 32)
+    (6, 1)
+    """
+    if spec.checkpointing == "none":
+        return 0
+    if spec.checkpointing == "full":
+        return 1
+    if spec.checkpointing == "every-k":
+        return 1 if spec.checkpoint_every <= n_layers else 0
+    k = 1
+    while k * k < n_layers:
+        k += 1
+    return k
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Checkpoints:
+    """``segment`` blocks per segment (0: none); ``kept_bytes`` the kept segment inputs (none with
+    ``--offload``: they live in host memory) and attention masks; ``plain_blocks`` (every-k) the blocks that
+    are not checkpointed and keep all they save."""
+
+    segment: int
+    kept_bytes: int
+    plain_blocks: int
+
+
+def checkpoints(model: ModelShape, spec: RunSpec, *, layer_input: int, mask_itemsize: int) -> Checkpoints:
+    """What checkpointing keeps through the forward; ``layer_input`` is one block's input in bytes.
+
+    ``full``: L inputs; ``sqrt``: ceil(L / segment); ``every-k``: floor(L / k), the other blocks plain.
+    Plus ``len(set(layer_types))`` masks of b*s*s elements (``mask_itemsize``: the residual dtype) when
+    the kernel takes a mask.
+    """
+    n = model.n_layers
+    seg = checkpoint_segment(spec, n)
+    if not seg:
+        return Checkpoints(segment=0, kept_bytes=0, plain_blocks=0)
+    kept, plain = -(-n // seg), 0
+    if spec.checkpointing == "every-k":
+        # one block in k is checkpointed (torchtitan's / torchtune's selective "every k-th layer"): blocks
+        # k, 2k, ... keep only their input; the others keep everything they save
+        kept = n // spec.checkpoint_every
+        plain = n - kept
+    kept_bytes = 0 if spec.offload else kept * layer_input
+    if spec.attention == "eager" or (spec.padding_mask and spec.attention == "sdpa"):
+        masks = len(set(model.layer_types)) or 1
+        kept_bytes += masks * spec.batch * spec.seq * spec.seq * mask_itemsize
+    return Checkpoints(segment=seg, kept_bytes=kept_bytes, plain_blocks=plain)

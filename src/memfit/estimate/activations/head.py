@@ -1,0 +1,74 @@
+"""The model's output end: the final norm (OPT's project_out), lm_head and the loss, standard or chunked.
+
+Standard (transformers' ``ForCausalLMLoss``): ``logits = lm_head(x)`` (b, s, V) in the compute dtype,
+``logits.float()``, then ``cross_entropy`` = log_softmax (saves its fp32 (b*s, V) output) + nll_loss
+(saves the shifted int64 labels). Gemma 2 soft-caps the logits first (``tanh(logits / cap) * cap``: tanh
+saves its output).
+
+Chunked (fused linear cross-entropy, Liger's ``LigerFusedLinearCrossEntropyLoss``): the forward walks the
+tokens in chunks of C rows, computes each chunk's logits and their gradient at once, and keeps only
+d(hidden) (b*s*h) and d(lm_head weight) (V*h, when trained) for the backward; the fp32 chunk logits and
+their gradient (2 x C*V*4) are transient. C = next_pow2(ceil(b*s / ceil(V / h))), at most b*s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfit.estimate.activations import ops
+from memfit.estimate.activations.ops import Replay
+from memfit.estimate.activations.tape import SymTensor
+from memfit.estimate.constants import FP32_BYTES, INT64_BYTES
+from memfit.estimate.lora import saved_modules
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Head:
+    """What the head and the loss keep: ``saved`` by the final norm and lm_head; ``loss`` what the loss keeps
+    for the backward (standard: fp32 log-probabilities b*s*V*4 + labels b*s*8 + the fp32 scalar; chunked:
+    d(hidden), d(lm_head weight) and the labels); ``logits_bytes`` the logits in their dtype (0 when
+    chunked); ``loss_workspace`` the size of one vocabulary-wide fp32 tensor of the loss: b*s*V*4 (the
+    upcast logits, the log-softmax output and each of their gradients), or C*V*4 per chunk."""
+
+    saved: int
+    loss: int
+    logits_bytes: int
+    loss_workspace: int
+
+
+def chunk_rows(tokens: int, vocab: int, width: int) -> int:
+    """Liger's chunk size C = next_pow2(ceil(b*s / ceil(V / h))), at most b*s.
+
+    >>> chunk_rows(8192, 128256, 4096)   # ceil(128256/4096) = 32; ceil(8192/32) = 256
+    256
+    """
+    rows = -(-tokens // -(-vocab // width))
+    chunk = 1
+    while chunk < rows:
+        chunk *= 2
+    return min(chunk, tokens)
+
+
+def head_and_loss(rp: Replay, x: SymTensor) -> Head:
+    """Replay the final norm, lm_head and the loss on the last block's output x (b, s, h)."""
+    t, m, spec = rp.tape, rp.model, rp.spec
+    T, V, width = rp.batch * rp.seq, m.vocab, m.embed_dim
+    mark = t.mark()
+    xf = ops.norm(rp, x, "head") if m.final_norm else x
+    if m.embed_proj_dim:  # OPT's project_out: (b, s, h) -> (b, s, embed_dim), no bias
+        xf = t.linear(xf, t.weight((width, m.hidden), rp.float_itemsize, rp.full), width, "head")
+    head_trained = rp.full or any(mod.role == "head" for mod in saved_modules(m, spec))
+    lm_itemsize = rp.float_itemsize
+    if spec.loss == "chunked":
+        saved = sum(s.nbytes for s in t.saved_since(mark).values())
+        loss = T * width * xf.itemsize + (V * width * lm_itemsize if head_trained else 0) + T * INT64_BYTES
+        return Head(saved=saved, loss=loss, logits_bytes=0, loss_workspace=chunk_rows(T, V, width) * V * FP32_BYTES)
+    logits = t.linear(xf, t.weight((V, width), lm_itemsize, head_trained), V, "head")  # (b, s, V)
+    if m.final_softcap:
+        logits = t.new(logits.shape, logits.itemsize, logits.requires_grad)  # / cap
+        logits = t.unary_saving_output(logits, "head")  # tanh
+        logits = t.new(logits.shape, logits.itemsize, logits.requires_grad)  # * cap
+    saved = sum(s.nbytes for s in t.saved_since(mark).values())
+    # logits.float(); cross_entropy = log_softmax (saves its output) + nll_loss (saves the labels); the mean
+    loss = T * V * FP32_BYTES + T * INT64_BYTES + FP32_BYTES
+    return Head(saved=saved, loss=loss, logits_bytes=T * V * logits.itemsize, loss_workspace=T * V * FP32_BYTES)

@@ -1,0 +1,200 @@
+"""The architectures memfit models, one entry each: ``REGISTRY[model_type]``.
+
+Every fact below was read in transformers 5.24.0 (the ``source`` modeling file and its configuration file)
+and PEFT 0.21.2; ``tests/estimate/test_architectures.py`` checks each entry against them on the meta device
+(parameter counts, LoRA counts, module names, config defaults, attention kernels, PEFT's targets).
+
+Adding an architecture whose block is a combination of known flags is one entry here plus one catalogue
+config (README, "Adding an architecture"). How the next ones map onto the flags (each adds at most one):
+
+=============  ============================================================================================
+model_type     flags (new ones in *italics*)
+=============  ============================================================================================
+olmo2          ``pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, post_mlp_norm=True,
+               qk_norm="full", norm_weight="before_cast"``: all existing (``tests/estimate/
+               test_architectures.py`` registers it and checks it against transformers and real steps)
+phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), True), pre_mlp_norm=False,
+               mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *lm_head bias*
+falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
+               ``mlp="plain"``, LayerNorm; *kv heads from multi_query / new_decoder_architecture*
+granite        Llama's layout; *scalar multipliers* (embedding, residual, attention scale, logits: each a new
+               tensor, no saved bytes but the logits' extra b*s*V)
+gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types`` /
+               ``sliding_layers``; *one rope table per layer type* (two cos/sin pairs)
+qwen3_moe      Qwen3's attention + ``MoeLayout``; *dense layers* (``mlp_only_layers``, ``decoder_sparse_step``:
+               a per-layer MLP kind, replayed once per kind)
+gpt_oss        ``MoeLayout`` with *router bias, expert biases, transposed gate_up (E, h, 2i), clamped SwiGLU*;
+               *attention sinks* (a (a,) parameter, a concatenated column in eager); ``sliding_layers``
+deepseek_v3    *attention="mla"* (q_a/q_b, kv_a/kv_b projections and their norms), ``MoeLayout`` with *shared
+               experts* and *dense-first layers* (``first_k_dense_replace``)
+=============  ============================================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memfit.estimate.arch.architecture import Architecture
+from memfit.estimate.arch.keys import Cap, ConfigKeys, Dropout, Flag, Real, Size, Text, Window
+from memfit.estimate.arch.layout import BlockLayout, MoeLayout
+from memfit.estimate.arch.names import BlockNames, ModelNames, ModuleNames
+
+_SOURCE = "transformers/models/{0}/modeling_{0}.py (transformers 5.24.0)"
+_NO_BIAS = Flag((), False)  # the projections' bias is fixed in the modeling code, not read from the config
+_QV = ("q_proj", "v_proj")
+
+
+def _qwen_keys(**kw: Any) -> ConfigKeys:
+    """Qwen2/3: ``sliding_window`` applies only with ``use_sliding_window``, and then from layer
+    ``max_window_layers`` on (``Qwen2Config.__post_init__``)."""
+    return ConfigKeys(kv_heads_default=32, positions=Size("positions", ("max_position_embeddings",), 32768),
+                      sliding_window=Window(("sliding_window",), 4096),
+                      sliding_enabled=Flag(("use_sliding_window",), False),
+                      max_window_layers=Size("layers", ("max_window_layers",), 28), layer_types=("layer_types",), **kw)
+
+
+def _layernorm(**kw: Any) -> BlockLayout:
+    """GPT-2, GPT-NeoX, OPT: LayerNorm with bias, a plain MLP, multi-head attention (no repeat_kv)."""
+    return BlockLayout(norm="layernorm", norm_bias=True, mlp="plain", eager_repeat_kv=False, **kw)
+
+LLAMA = Architecture(
+    model_type="llama", source=_SOURCE.format("llama"), layout=BlockLayout(),
+    keys=ConfigKeys(heads_divide_hidden=True, mlp_bias=Flag(("mlp_bias",), False)),
+    names=ModuleNames(), lora_targets=_QV,
+)
+
+MISTRAL = Architecture(
+    model_type="mistral", source=_SOURCE.format("mistral"), layout=BlockLayout(sliding_layers="all"),
+    keys=ConfigKeys(kv_heads_default=8, positions=Size("positions", ("max_position_embeddings",), 4096 * 32),
+                    sliding_window=Window(("sliding_window",), 4096), qkv_bias=_NO_BIAS, o_bias=_NO_BIAS),
+    names=ModuleNames(), lora_targets=_QV,
+)
+
+QWEN2 = Architecture(
+    model_type="qwen2", source=_SOURCE.format("qwen2"), layout=BlockLayout(sliding_layers="after_max_window_layers"),
+    keys=_qwen_keys(qkv_bias=Flag((), True), o_bias=_NO_BIAS),
+    names=ModuleNames(), lora_targets=_QV,
+)
+
+QWEN3 = Architecture(
+    model_type="qwen3", source=_SOURCE.format("qwen3"),
+    layout=BlockLayout(qk_norm="head", sliding_layers="after_max_window_layers"),
+    keys=_qwen_keys(head_dim_default=128),
+    names=ModuleNames(), lora_targets=_QV,
+)
+
+GEMMA = Architecture(
+    model_type="gemma", source=_SOURCE.format("gemma"),
+    layout=BlockLayout(norm_weight="one_plus_before_cast", embed_scale=True),
+    keys=ConfigKeys(kv_heads_default=16, head_dim_default=256,
+                    positions=Size("positions", ("max_position_embeddings",), 8192),
+                    activation=Text(("hidden_act", "hidden_activation", "activation_function"), "gelu_pytorch_tanh"),
+                    tie_embeddings=Flag(("tie_word_embeddings",), True)),
+    names=ModuleNames(), lora_targets=_QV,
+)
+
+GEMMA2 = Architecture(
+    model_type="gemma2", source=_SOURCE.format("gemma2"),
+    layout=BlockLayout(norm_weight="one_plus_before_cast", embed_scale=True, post_attn_norm=True, post_mlp_norm=True,
+                       sliding_layers="alternate"),
+    keys=ConfigKeys(kv_heads_default=4, head_dim_default=256, heads_divide_hidden=True,
+                    positions=Size("positions", ("max_position_embeddings",), 8192),
+                    activation=Text(("hidden_activation", "hidden_act", "activation_function"), "gelu_pytorch_tanh"),
+                    tie_embeddings=Flag(("tie_word_embeddings",), True),
+                    attn_softcap=Cap(("attn_logit_softcapping",), 50.0),
+                    final_softcap=Cap(("final_logit_softcapping",), 30.0),
+                    sliding_window=Window(("sliding_window",), 4096), layer_types=("layer_types",),
+                    scales_with_head_dim=("query_pre_attn_scalar",)),
+    names=ModuleNames(block=BlockNames(pre_mlp_norm="pre_feedforward_layernorm")), lora_targets=_QV,
+    attention_kernels=("eager", "flash"), kernel_note="its attention soft-capping needs the scores",
+)
+
+PHI3 = Architecture(
+    model_type="phi3", source=_SOURCE.format("phi3"),
+    layout=BlockLayout(fused_qkv=True, fused_gate_up=True, sliding_layers="all"),
+    keys=ConfigKeys(positions=Size("positions", ("max_position_embeddings",), 4096),
+                    norm_eps=Real(("rms_norm_eps",), 1e-5),
+                    sliding_window=Window(("sliding_window",), None), residual_dropout=Dropout("resid_pdrop", 0.0),
+                    qkv_bias=_NO_BIAS, o_bias=_NO_BIAS),
+    names=ModuleNames(block=BlockNames(extras=("mlp.activation_fn", "resid_attn_dropout", "resid_mlp_dropout"))),
+    lora_targets=None, lora_hint="qkv_proj,o_proj",
+)
+
+MIXTRAL = Architecture(
+    model_type="mixtral", source=_SOURCE.format("mixtral"), layout=BlockLayout(moe=MoeLayout(), sliding_layers="all"),
+    keys=ConfigKeys(kv_heads_default=8, positions=Size("positions", ("max_position_embeddings",), 4096 * 32),
+                    norm_eps=Real(("rms_norm_eps",), 1e-5), sliding_window=Window(("sliding_window",), None),
+                    experts=Size("experts", ("num_local_experts",), 8),
+                    experts_per_token=Size("experts per token", ("num_experts_per_tok",), 2),
+                    qkv_bias=_NO_BIAS, o_bias=_NO_BIAS),
+    names=ModuleNames(block=BlockNames(extras=("mlp.experts.act_fn",))), lora_targets=_QV,
+)
+
+GPT2 = Architecture(
+    model_type="gpt2", source=_SOURCE.format("gpt2"),
+    layout=_layernorm(fused_qkv=True, position="learned", eager_softmax_dtype="input", eager_qkv_copies=True),
+    keys=ConfigKeys(layers=("n_layer", "num_hidden_layers", "num_layers"), hidden=("n_embd", "hidden_size", "d_model"),
+                    heads=("n_head", "num_attention_heads"), kv_heads=(), heads_divide_hidden=True,
+                    intermediate=Size("intermediate size", ("n_inner",), per_hidden=4),
+                    positions=Size("positions", ("n_positions", "max_position_embeddings")),
+                    activation=Text(("activation_function", "hidden_act", "hidden_activation"), "gelu_new"),
+                    norm_eps=Real(("layer_norm_epsilon",), 1e-5), tie_embeddings=Flag(("tie_word_embeddings",), True),
+                    rotary_fraction=Real((), 1.0), qkv_bias=Flag((), True), o_bias=Flag((), True),
+                    mlp_bias=Flag((), True), attention_dropout=Dropout("attn_pdrop", 0.1),
+                    residual_dropout=Dropout("resid_pdrop", 0.1), embedding_dropout=Dropout("embd_pdrop", 0.1)),
+    names=ModuleNames(
+        block=BlockNames(qkv="attn.c_attn", o="attn.c_proj", up="mlp.c_fc", down="mlp.c_proj", pre_attn_norm="ln_1",
+                         pre_mlp_norm="ln_2",
+                         extras=("attn.attn_dropout", "attn.resid_dropout", "mlp.act", "mlp.dropout")),
+        model=ModelNames(layers="transformer.h", embed="transformer.wte", final_norm="transformer.ln_f",
+                         outside=("transformer", "transformer.wte", "transformer.wpe", "transformer.drop",
+                                  "transformer.h", "transformer.ln_f", "lm_head"))),
+    lora_targets=("c_attn",),
+)
+
+GPT_NEOX = Architecture(
+    model_type="gpt_neox", source=_SOURCE.format("gpt_neox"),
+    layout=_layernorm(fused_qkv=True),
+    keys=ConfigKeys(kv_heads=(), heads_divide_hidden=True,
+                    activation=Text(("hidden_act", "hidden_activation", "activation_function"), "gelu"),
+                    norm_eps=Real(("layer_norm_eps",), 1e-5),
+                    rotary_fraction=Real(("rotary_pct", "partial_rotary_factor"), 0.25),
+                    qkv_bias=Flag(("attention_bias",), True), o_bias=Flag(("attention_bias",), True),
+                    mlp_bias=Flag((), True), parallel_residual=Flag(("use_parallel_residual",), True),
+                    residual_dropout=Dropout("hidden_dropout", 0.0), embedding_dropout=Dropout("hidden_dropout", 0.0)),
+    names=ModuleNames(
+        block=BlockNames(qkv="attention.query_key_value", o="attention.dense", up="mlp.dense_h_to_4h",
+                         down="mlp.dense_4h_to_h", extras=("post_attention_dropout", "post_mlp_dropout", "mlp.act")),
+        model=ModelNames(layers="gpt_neox.layers", embed="gpt_neox.embed_in", final_norm="gpt_neox.final_layer_norm",
+                         outside=("gpt_neox", "gpt_neox.embed_in", "gpt_neox.emb_dropout", "gpt_neox.layers",
+                                  "gpt_neox.final_layer_norm", "gpt_neox.rotary_emb", "lm_head"))),
+    lora_targets=("query_key_value",),
+)
+
+_OPT_BIAS = Flag(("enable_bias",), True)
+OPT = Architecture(
+    model_type="opt", source=_SOURCE.format("opt"),
+    layout=_layernorm(scale_query=True, position="learned", position_offset=2, position_ids_per_row=True),
+    keys=ConfigKeys(kv_heads=(), heads_divide_hidden=True, intermediate=Size("intermediate size", ("ffn_dim",)),
+                    positions=Size("positions", ("max_position_embeddings",)),
+                    activation=Text(("activation_function", "hidden_act", "hidden_activation"), "relu"),
+                    norm_eps=Real((), 1e-5), tie_embeddings=Flag(("tie_word_embeddings",), True),
+                    rotary_fraction=Real((), 1.0), qkv_bias=_OPT_BIAS, o_bias=_OPT_BIAS, mlp_bias=_OPT_BIAS,
+                    embed_proj_dim=("word_embed_proj_dim",), final_norm=Flag(("do_layer_norm_before",), True),
+                    final_norm_dropped=Flag(("_remove_final_layer_norm",), False),
+                    residual_dropout=Dropout("dropout", 0.1)),
+    names=ModuleNames(
+        block=BlockNames(o="self_attn.out_proj", up="fc1", down="fc2", pre_attn_norm="self_attn_layer_norm",
+                         pre_mlp_norm="final_layer_norm", extras=("activation_fn",)),
+        model=ModelNames(layers="model.decoder.layers", embed="model.decoder.embed_tokens",
+                         final_norm="model.decoder.final_layer_norm",
+                         projections=("model.decoder.project_out", "model.decoder.project_in"),
+                         outside=("model", "model.decoder", "model.decoder.embed_tokens",
+                                  "model.decoder.embed_positions", "model.decoder.layers", "lm_head",
+                                  "model.decoder.project_out",
+                                  "model.decoder.project_in", "model.decoder.final_layer_norm"))),
+    lora_targets=_QV,
+)
+
+REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
+    LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL)}

@@ -1,0 +1,1 @@
+"""Validation harnesses: the engines against each other and against real training steps."""
