@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(
@@ -13,6 +15,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
+
+# ``--json`` on every command: the result (or one {error, hint, exit_code} object) as JSON on stdout
+JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 def click_exceptions() -> tuple[type[Exception], type[BaseException], type[BaseException]]:

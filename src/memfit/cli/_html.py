@@ -27,9 +27,9 @@ def write_html(path: Path | None, command: str, result: Any, force: bool) -> Non
     and write it atomically; say where on stderr, so ``--json`` output stays clean."""
     if path is None:
         return
-    from memfit.report import _default, err_console
+    from memfit.report import err_console, json_default
     from memfit.report.html import render_page, write_report
 
-    data = json.loads(json.dumps(result, default=_default))
+    data = json.loads(json.dumps(result, default=json_default))
     target = write_report(path, render_page(data, command=command), force=force)
     err_console.print(f"HTML report written to {target}", highlight=False)

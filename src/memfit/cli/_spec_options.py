@@ -5,8 +5,7 @@
 validated :class:`~memfit.estimate.spec.RunSpec` as ``spec``: memfit's defaults, then the config files (later
 files win), then the flags given on the command line (found by click's parameter source). Commands that
 sweep a flag (``measure --batch 1,2,4``) declare that flag themselves and pass ``exclude=("batch",)``; a
-config's value fills it when the flag is not given. ``consumes`` names settings RunSpec has no field for
-that the command takes as its own option. The GPU a run is judged against is not part of the run: commands
+config's value fills it when the flag is not given. The GPU a run is judged against is not part of the run: commands
 that judge one declare ``--gpu`` (:data:`GpuFlag`) and ``--headroom`` and build a
 :class:`~memfit.estimate.fits.Target` with :func:`target_from_options`. A command with a ``config_import`` parameter
 receives the :class:`~memfit.configs.SpecImport` (or None), for the import table and ``--json``; one whose
@@ -193,8 +192,7 @@ def refuse_ignored_flags(spec: RunSpec, explicit: set[str], *, skip: Iterable[st
             raise MemfitError(message)
 
 
-def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
-                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: add the spec flags and ``--config`` to a typer command and pass ``spec=RunSpec(...)``."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -239,8 +237,8 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
                 if wants_import:
                     kwargs["config_import"] = None
                 return fn(*args, **kwargs)
-            given = explicit_names(ctx, list(values) + [n for n in (*exclude, *consumes) if n in own_names])
-            si = _import(configs, values, given, consumes, kwargs.get("model"))
+            given = explicit_names(ctx, list(values) + [n for n in exclude if n in own_names])
+            si = _import(configs, values, given, kwargs.get("model"))
             check_run_limits(si.spec)
             refuse_ignored_flags(si.spec, explicit_flags(values), skip=skip)
             kwargs["spec"] = si.spec
@@ -249,9 +247,6 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
             for name in exclude:  # a command's own sweep option (measure --batch): the config fills it
                 if name in own_names and name not in given and name in si.applied:
                     kwargs[name] = str(si.applied[name])
-            for name in consumes:
-                if name in own_names and name not in given and name in si.unused:
-                    kwargs[name] = si.unused[name]
             if wants_import:
                 kwargs["config_import"] = si
             return fn(*args, **kwargs)
@@ -267,8 +262,7 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
     return decorate
 
 
-def _import(configs: list[str], values: dict[str, Any], given: set[str], consumes: tuple[str, ...],
-            model: str | None) -> Any:
+def _import(configs: list[str], values: dict[str, Any], given: set[str], model: str | None) -> Any:
     """Read the config files; the flags in ``given`` win over them."""
     from memfit.configs import import_configs, to_spec
     from memfit.configs.convert import model_dtype
@@ -278,4 +272,4 @@ def _import(configs: list[str], values: dict[str, Any], given: set[str], consume
     explicit = {k: getattr(cli, k) for k in given if k in values}
     name = model or (imported.model.value if imported.model else None)
     dtype = model_dtype(name) if imported.settings.get("weights_dtype") == "auto" else None
-    return to_spec(imported, explicit=explicit, accepts=consumes, model_dtype=dtype)
+    return to_spec(imported, explicit=explicit, model_dtype=dtype)

@@ -5,14 +5,12 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, GpuFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
 from memfit.report import console, print_config_import, print_json
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("fit")

@@ -10,14 +10,12 @@ from typing import Annotated
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._data_options import EosOpt, NoEosOpt, eos_choice
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import SPEC_OPTIONS, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("lengths")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import ONLY_WITH, check_run_limits, explicit_flags, spec_options
@@ -18,7 +18,6 @@ from memfit.estimate import ModelShape, RunSpec, resolve_config
 from memfit.estimate.lora import check_modules_to_save
 from memfit.report import console, print_config_import, print_json
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 MEASURE_CHECKPOINTING = ("none", "full", "every-k", "both")
 
 

@@ -6,10 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._data_options import EosOpt, NoEosOpt, eos_choice
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 Data = Annotated[str, typer.Argument(help="JSONL (.jsonl.gz), JSON, CSV, Parquet, or a save_to_disk directory")]
 Tokenizer = Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer directory, tokenizer.json, "
                                         "or SentencePiece .model (offline)")]

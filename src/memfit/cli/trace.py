@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import (
@@ -24,7 +24,6 @@ from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
 from memfit.report import console, print_config_import, print_json
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 TRACE_PHASES = 3  # trace_step says: building the model, creating the optimizer state, tracing one step
 
 

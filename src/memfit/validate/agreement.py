@@ -228,7 +228,7 @@ CUDA_ROWS: tuple[tuple[str, RunSpec], ...] = (
     ("qwen3-8b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=1, seq=2048)),
     ("llama-3.1-8b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=1, seq=4096,
                            checkpointing="full")),
-    # issue 21: Adafactor's fp32 copies of the bf16 embedding while it updates it are the peak
+    # Adafactor's fp32 copies of the bf16 embedding while it updates it are the peak
     ("llama-3.2-1b", _cuda(method="full", optimizer="adafactor", precision="bf16", attention="sdpa", batch=1,
                            seq=256)),
 )
