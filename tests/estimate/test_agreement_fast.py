@@ -94,15 +94,5 @@ def test_every_registered_architecture_matches_a_real_step(model_type: str) -> N
     err = (est.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(err) <= 0.02, f"{model_type}: estimate {est.peak_bytes:,} vs {measured.peak_bytes:,} ({err:+.2%})"
     act_err = (est.activation_bytes - measured.saved_bytes) / measured.saved_bytes
-    gap = KNOWN_GAPS.get(model_type)
-    if abs(act_err) > 0.02 and gap:
-        pytest.xfail(gap)
     assert abs(act_err) <= 0.02, f"{model_type}: saved {est.activation_bytes:,} vs {measured.saved_bytes:,}"
 
-
-# Gaps of the estimate this test found (all older than the registry), stated so that fixing one turns it green:
-KNOWN_GAPS = {
-    "phi3": "with o_proj adapted on CPU sdpa the real step saves o_proj's input as a storage of its own, a copy "
-            "of the attention output (b*s*a*d*4 B per layer, 8 KiB here) that the estimate takes for a view of the "
-            "kernel's output, as it is for Llama; the peak is still within 2%",
-}
