@@ -136,13 +136,13 @@ def test_measure_plot_is_checked_before_the_sweep(tmp_path: Path, cli: Cli) -> N
 
 def test_one_helper_writes_every_file() -> None:
     """pack --out, --plot, --html and fit --write all go through memfit.files: no other module renames a
-    temporary file into place (data/pack.py's mkstemp is its scratch file of token ids, never an output), and
+    temporary file into place (data/pieces.py's mkstemp is its scratch file of token ids, never an output), and
     measure's plot is saved inside atomic_output."""
     src = Path(__file__).resolve().parents[2] / "src" / "memfit"
     offenders = []
     for path in src.rglob("*.py"):
         rel = str(path.relative_to(src))
-        if rel in ("files.py", "data/pack.py"):
+        if rel in ("files.py", "data/pieces.py"):
             continue
         text = path.read_text()
         offenders += [f"{rel}: {n}" for n in ("os.replace(", "os.rename(", "mkstemp(", "NamedTemporaryFile(")

@@ -6,10 +6,7 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
-
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+from memfit.report.consoles import console, err_console
 
 __all__ = ["console", "err_console", "json_default", "print_config_import", "print_json"]
 

@@ -57,7 +57,7 @@ def narrow(table: Table, *, keep: Iterable[str], drop: Sequence[str] = (), width
     the terminal.
     """
     if width is None:
-        from memfit.report import console
+        from memfit.report.consoles import console
 
         width = console.width
     kept = set(keep)
@@ -130,7 +130,7 @@ def split_columns(table: Table, *, fixed: int = 1, width: int | None = None) -> 
     """``table`` as several tables when it is too wide, each with the first ``fixed`` columns and as many of the
     others as fit (for tables with one column per measured point); ``[table]`` when it fits."""
     if width is None:
-        from memfit.report import console
+        from memfit.report.consoles import console
 
         width = console.width
 
