@@ -11,8 +11,7 @@ config (README, "Adding an architecture"). How the next ones map onto the flags 
 model_type     flags (new ones in *italics*)
 =============  ============================================================================================
 olmo2          ``pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, post_mlp_norm=True,
-               qk_norm="full", norm_weight="before_cast"``: all existing (``tests/estimate/
-               test_architectures.py`` registers it and checks it against transformers and real steps)
+               qk_norm="full", norm_weight="before_cast"``: all existing (registered below, issue 13)
 phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), True), pre_mlp_norm=False,
                mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *lm_head bias*
 falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
@@ -196,5 +195,19 @@ OPT = Architecture(
     lora_targets=_QV,
 )
 
+# ---- issue 13: OLMo 2, Phi, Granite, Gemma 3 -----------------------------------------------------------------
+
+# OLMo 2: Llama's block with no pre-norms, RMSNorm after the attention and after the MLP (before each residual
+# add), q/k norms over the full projection width ((a*d,) and (k*d,) weights), the norm weight applied before the
+# cast to the input dtype; PEFT 0.21.2 has no default LoRA targets for it.
+OLMO2 = Architecture(
+    model_type="olmo2", source=_SOURCE.format("olmo2"),
+    layout=BlockLayout(pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, post_mlp_norm=True,
+                       qk_norm="full", norm_weight="before_cast"),
+    keys=ConfigKeys(norm_eps=Real(("rms_norm_eps",), 1e-5)),
+    names=ModuleNames(), lora_targets=None,
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
-    LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL)}
+    LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL,
+    OLMO2)}
