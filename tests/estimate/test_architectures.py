@@ -34,7 +34,7 @@ def flipped(model_type: str) -> dict[str, Any]:
     """The tiny config with every boolean the architecture reads from its config set against its default
     (biases on or off, GPT-NeoX's serial residual, untied embeddings ...): transformers must agree on each."""
     k = REGISTRY[model_type].keys
-    flags = (k.tie_embeddings, k.qkv_bias, k.o_bias, k.mlp_bias, k.parallel_residual, k.final_norm)
+    flags = (k.tie_embeddings, k.qkv_bias, k.o_bias, k.mlp_bias, k.parallel_residual, k.final_norm, k.qk_norm_enabled)
     return tiny(model_type, **{f.names[0]: not f.default for f in flags if f.names})
 
 
@@ -92,7 +92,7 @@ def check_config_defaults(arch: Architecture) -> None:
     keys: list[Any] = [k.activation, k.norm_eps, k.tie_embeddings, k.qkv_bias, k.o_bias, k.mlp_bias,
                        k.parallel_residual, k.final_norm, k.final_norm_dropped, k.attn_softcap, k.final_softcap,
                        k.sliding_window, k.sliding_enabled, k.max_window_layers, k.positions, k.experts,
-                       k.experts_per_token]
+                       k.experts_per_token, k.qk_norm_enabled]
     checked = 0
     for key in keys:
         if key is None or not key.names or (isinstance(key, Size) and key.default is None):
@@ -211,6 +211,25 @@ def test_no_model_type_comparison_outside_the_registry() -> None:
     offenders = [f"{p.relative_to(SRC)}:{i}" for p in SRC.rglob("*.py") if "estimate/arch" not in p.as_posix()
                  for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert offenders == []
+
+
+def test_phi_lm_head_bias_is_counted_and_copied_by_modules_to_save() -> None:
+    """Phi's lm_head has a bias (V parameters) that stays when the weight is tied, and PEFT's modules_to_save copy
+    of lm_head trains it: LoRA q/v rank 8 (v_proj: 2 kv heads of 16) + the copy = 2 layers x (8*(64+64) +
+    8*(64+32)) + (300*64 + 300) = 3,584 + 19,500 = 23,084, as PEFT counts."""
+    peft = pytest.importorskip("peft")
+    for tied in (False, True):
+        config = tiny("phi", tie_word_embeddings=tied)
+        check_parameters(config)
+    config = tiny("phi")
+    spec = RunSpec(method="lora", rank=8, targets=("q_proj", "v_proj"), modules_to_save=("lm_head",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = peft.get_peft_model(_meta_model(config), peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
+                                                                      modules_to_save=["lm_head"],
+                                                                      task_type="CAUSAL_LM"))
+    real = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    assert lora_trainable_params(ModelShape.from_hf_config(config), spec) == real == 23_084
 
 
 # ---- a new architecture is one entry ------------------------------------------------------------------------

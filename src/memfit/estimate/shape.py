@@ -139,6 +139,7 @@ class ModelShape:
     attention_dropout: float = 0.0
     residual_dropout: float = 0.0
     embedding_dropout: float = 0.0
+    qk_norm_enabled: bool = True
 
     # ---- derived structure -------------------------------------------------------------
     @property
@@ -148,6 +149,11 @@ class ModelShape:
     @property
     def model_type(self) -> str:
         return self.arch.model_type
+
+    @property
+    def has_qk_norm(self) -> bool:
+        """q/k norms exist: the layout has them and this config keeps them (Phi's ``qk_layernorm``)."""
+        return self.layout.qk_norm != "none" and self.qk_norm_enabled
 
     @property
     def q_dim(self) -> int:
@@ -203,7 +209,7 @@ class ModelShape:
         out = []
         if lay.pre_attn_norm:
             out.append(Norm(path=n.pre_attn_norm, role="pre_attn", size=h, bias=b))
-        if lay.qk_norm != "none":
+        if self.has_qk_norm:
             head = lay.qk_norm == "head"
             out += [Norm(path=n.q_norm, role="q", size=self.head_dim if head else self.q_dim, bias=b),
                     Norm(path=n.k_norm, role="k", size=self.head_dim if head else self.kv_dim, bias=b)]
@@ -427,4 +433,5 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
         final_norm=k.final_norm.read(r) and not k.final_norm_dropped.read(r),
         attn_softcap=k.attn_softcap.read(r), final_softcap=k.final_softcap.read(r), sliding_window=window,
         layer_types=_layer_types(r, arch, n_layers, window), n_experts=n_experts, experts_per_token=per_token,
+        qk_norm_enabled=k.qk_norm_enabled.read(r),
     )

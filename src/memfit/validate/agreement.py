@@ -37,6 +37,7 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     ("qwen3-8b", 256, 2),
     # issue 13
     ("olmo-2-7b", 256, 2),
+    ("phi-2", 320, 2),
 )
 
 

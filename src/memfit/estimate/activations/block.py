@@ -65,7 +65,7 @@ def _attention(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear], rope: R
     q, k, v = _projections(rp, x, lins)
     if lay.scale_query:
         q = t.new(q.shape, q.itemsize, q.requires_grad)  # q * d**-0.5 (OPT)
-    if lay.qk_norm != "none":
+    if m.has_qk_norm:
         q, k = _qk_norm(rp, q, k)
     q, k, v = q.view(b, a, s, d), k.view(b, kv, s, d), v.view(b, kv, s, d)  # .transpose(1, 2)
     if rope is not None:

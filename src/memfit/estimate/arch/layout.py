@@ -83,6 +83,8 @@ class BlockLayout:
     - ``sliding_layers``: which layers attend through the sliding window when the config sets one: ``all``
       (Mistral), ``alternate`` (Gemma 2: even layers sliding, odd full), ``after_max_window_layers`` (Qwen2:
       layers from ``max_window_layers`` on), ``none``. A config's own ``layer_types`` list wins.
+    - ``head_bias``: lm_head has a bias (V parameters; Phi's ``nn.Linear(h, V, bias=True)``), also when the
+      weight is tied to the embedding.
     """
 
     norm: NormKind = "rmsnorm"
@@ -106,3 +108,4 @@ class BlockLayout:
     eager_repeat_kv: bool = True
     eager_qkv_copies: bool = False
     sliding_layers: SlidingLayers = "none"
+    head_bias: bool = False

@@ -13,7 +13,8 @@ model_type     flags (new ones in *italics*)
 olmo2          ``pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, post_mlp_norm=True,
                qk_norm="full", norm_weight="before_cast"``: all existing (registered below, issue 13)
 phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), True), pre_mlp_norm=False,
-               mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *lm_head bias*
+               mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *head_bias*,
+               *qk_norm_enabled* (``qk_layernorm``) (registered below, issue 13)
 falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
                ``mlp="plain"``, LayerNorm; *kv heads from multi_query / new_decoder_architecture*
 granite        Llama's layout; *scalar multipliers* (embedding, residual, attention scale, logits: each a new
@@ -208,6 +209,30 @@ OLMO2 = Architecture(
     names=ModuleNames(), lora_targets=None,
 )
 
+# Phi (phi-1, phi-1.5, phi-2): LayerNorm with bias, attention and MLP in parallel on the one norm's output,
+# partial rotary (``partial_rotary_factor``, 0.5 unless the config says), q/k/v/dense and fc1/fc2 with biases
+# fixed in the modeling code, a plain gelu_new MLP, lm_head with a bias; q/k LayerNorms per head only with
+# ``qk_layernorm`` (default false). ``resid_pdrop`` drops the attention and the MLP outputs, ``embd_pdrop`` the
+# embedding output.
+_PHI_BIAS = Flag((), True)
+PHI = Architecture(
+    model_type="phi", source=_SOURCE.format("phi"),
+    layout=BlockLayout(norm="layernorm", norm_bias=True, mlp="plain", pre_mlp_norm=False, qk_norm="head",
+                       head_bias=True),
+    keys=ConfigKeys(activation=Text(("hidden_act", "hidden_activation", "activation_function"), "gelu_new"),
+                    norm_eps=Real(("layer_norm_eps",), 1e-5), rotary_fraction=Real(("partial_rotary_factor",), 0.5),
+                    qkv_bias=_PHI_BIAS, o_bias=_PHI_BIAS, mlp_bias=_PHI_BIAS, parallel_residual=Flag((), True),
+                    qk_norm_enabled=Flag(("qk_layernorm",), False), residual_dropout=Dropout("resid_pdrop", 0.0),
+                    embedding_dropout=Dropout("embd_pdrop", 0.0)),
+    names=ModuleNames(
+        block=BlockNames(o="self_attn.dense", up="mlp.fc1", down="mlp.fc2", q_norm="self_attn.q_layernorm",
+                         k_norm="self_attn.k_layernorm", extras=("mlp.activation_fn", "resid_dropout")),
+        model=ModelNames(final_norm="model.final_layernorm",
+                         outside=("model", "model.embed_tokens", "model.layers", "model.rotary_emb",
+                                  "model.embed_dropout", "model.final_layernorm", "lm_head"))),
+    lora_targets=("q_proj", "v_proj", "fc1", "fc2"),
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
     LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL,
-    OLMO2)}
+    OLMO2, PHI)}
