@@ -38,6 +38,7 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     # issue 13
     ("olmo-2-7b", 256, 2),
     ("phi-2", 320, 2),
+    ("granite-3.3-8b", 256, 2),
 )
 
 

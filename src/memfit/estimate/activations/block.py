@@ -24,6 +24,8 @@ def block_forward(rp: Replay, x: SymTensor, rope: Rope | None) -> SymTensor:
     o = ops.dropout(rp, o, m.residual_dropout, "residual/dropout")  # e.g. GPT-2 attn.resid_dropout
     if lay.post_attn_norm:
         o = ops.norm(rp, o, "norm")
+    if lay.scalar_multipliers:
+        o = t.op((o,), t.new(o.shape, o.itemsize, o.requires_grad))  # * residual_multiplier (Granite)
     if m.parallel_residual:  # x + attn(norm(x)) + mlp(norm'(x))
         m_in = ops.norm(rp, x, "norm") if lay.pre_mlp_norm else a_in
     else:
@@ -33,6 +35,8 @@ def block_forward(rp: Replay, x: SymTensor, rope: Rope | None) -> SymTensor:
     f = ops.dropout(rp, f, m.residual_dropout, "residual/dropout")  # e.g. GPT-2 mlp.dropout
     if lay.post_mlp_norm:
         f = ops.norm(rp, f, "norm")
+    if lay.scalar_multipliers:
+        f = t.op((f,), t.new(f.shape, f.itemsize, f.requires_grad))  # * residual_multiplier (Granite)
     if m.parallel_residual:
         return t.add(t.add(o, f), x)
     return t.add(x, f)

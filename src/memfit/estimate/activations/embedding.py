@@ -34,6 +34,8 @@ def embed(rp: Replay) -> SymTensor:
         x = t.add(x, t.new((1, s, m.hidden), resid, trained))
     if lay.embed_scale:
         x = t.mul(x, t.new((), resid, False), "embedding")  # hidden_states * normalizer (a 0-dim tensor)
+    if lay.scalar_multipliers:
+        x = t.op((x,), t.new(x.shape, x.itemsize, x.requires_grad))  # inputs_embeds * embedding_multiplier
     if m.embedding_dropout > 0.0:
         # GPT-2's transformer.drop, GPT-NeoX's emb_dropout. It saves its mask when the embedding output requires
         # grad: a trained table, or an adapter run with checkpointing, where PEFT (and memfit.measure) call

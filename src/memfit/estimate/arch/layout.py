@@ -85,6 +85,10 @@ class BlockLayout:
       layers from ``max_window_layers`` on), ``none``. A config's own ``layer_types`` list wins.
     - ``head_bias``: lm_head has a bias (V parameters; Phi's ``nn.Linear(h, V, bias=True)``), also when the
       weight is tied to the embedding.
+    - ``scalar_multipliers``: Granite's µP scalars, each a Python float multiplying a tensor into a new one that
+      saves nothing: the embedding output (``embedding_multiplier``), the attention and MLP outputs before their
+      residual adds (``residual_multiplier``), the logits (``/ logits_scaling``). The attention scale
+      (``attention_multiplier``) replaces d**-0.5 and makes no tensor.
     """
 
     norm: NormKind = "rmsnorm"
@@ -109,3 +113,4 @@ class BlockLayout:
     eager_qkv_copies: bool = False
     sliding_layers: SlidingLayers = "none"
     head_bias: bool = False
+    scalar_multipliers: bool = False

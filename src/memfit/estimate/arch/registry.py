@@ -17,8 +17,8 @@ phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), Tr
                *qk_norm_enabled* (``qk_layernorm``) (registered below, issue 13)
 falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
                ``mlp="plain"``, LayerNorm; *kv heads from multi_query / new_decoder_architecture*
-granite        Llama's layout; *scalar multipliers* (embedding, residual, attention scale, logits: each a new
-               tensor, no saved bytes but the logits' extra b*s*V)
+granite        Llama's layout; *scalar_multipliers* (embedding, residual, logits: each a new tensor that saves
+               nothing) (registered below, issue 13)
 gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types`` /
                ``sliding_layers``; *one rope table per layer type* (two cos/sin pairs)
 qwen3_moe      Qwen3's attention + ``MoeLayout``; *dense layers* (``mlp_only_layers``, ``decoder_sparse_step``:
@@ -233,6 +233,14 @@ PHI = Architecture(
     lora_targets=("q_proj", "v_proj", "fc1", "fc2"),
 )
 
+# Granite (3.x dense): Llama's block and keys with µP scalars (embedding, residual, attention, logits multipliers:
+# ``BlockLayout.scalar_multipliers``); PEFT 0.21.2 has no default LoRA targets for it.
+GRANITE = Architecture(
+    model_type="granite", source=_SOURCE.format("granite"), layout=BlockLayout(scalar_multipliers=True),
+    keys=ConfigKeys(mlp_bias=Flag(("mlp_bias",), False)),
+    names=ModuleNames(), lora_targets=None,
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
     LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL,
-    OLMO2, PHI)}
+    OLMO2, PHI, GRANITE)}
