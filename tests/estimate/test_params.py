@@ -45,8 +45,10 @@ def meta_counts() -> dict[str, tuple[int, dict[str, int]]]:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     out = {}
-    for entry in catalogue():
-        cfg = transformers.AutoConfig.for_model(**entry.config)
+    from memfit.estimate.shape import language_config
+
+    for entry in catalogue():  # a multimodal config: the language model memfit trains (gemma-3-12b's text_config)
+        cfg = transformers.AutoConfig.for_model(**language_config(entry.config))
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg)
         # parameters() yields tied weights once, as a checkpoint stores them

@@ -309,12 +309,24 @@ def _check_experts(experts: int, per_token: int, *, experts_key: str, per_token_
 
 
 def _language_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The config of the language model: ``cfg`` itself, or its ``text_config`` (multimodal configs)."""
+    """The config of the language model: ``cfg`` itself, or its ``text_config`` (multimodal configs): a config
+    without a model_type, or whose model_type memfit does not model while its ``text_config`` names one it does
+    (Gemma 3's ``gemma3`` config.json holds the ``gemma3_text`` language model)."""
     for _ in range(_MAX_TEXT_CONFIG_DEPTH):
-        if cfg.get("model_type") or not isinstance(cfg.get("text_config"), dict):
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
             break
-        cfg = cfg["text_config"]
+        if cfg.get("model_type") and (str(cfg.get("model_type")) in REGISTRY
+                                      or str(text.get("model_type")) not in REGISTRY):
+            break
+        cfg = text
     return cfg
+
+
+def language_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config dict of ``config`` (:func:`_language_config`): what trace and measure build
+    and train, so that every engine runs the model the estimate reads (a multimodal config's text model)."""
+    return _language_config(config)
 
 
 # ---- the reader ------------------------------------------------------------------------------
@@ -389,8 +401,10 @@ def _layer_types(r: ConfigReader, arch: Architecture, n_layers: int, window: int
                               f"sliding_attention (one per layer), got {listed!r}: fix it in config.json")
         return tuple(_layer_type(t == "sliding_attention") for t in listed)
     first_sliding = arch.keys.max_window_layers.read(r) if rule == "after_max_window_layers" else 0
+    period = arch.keys.sliding_pattern.read(r) if rule == "pattern" else 1
     sliding = [rule == "all" or (rule == "alternate" and i % 2 == 0)
-               or (rule == "after_max_window_layers" and i >= first_sliding) for i in range(n_layers)]
+               or (rule == "after_max_window_layers" and i >= first_sliding)
+               or (rule == "pattern" and (i + 1) % period != 0) for i in range(n_layers)]
     return tuple(_layer_type(s) for s in sliding)
 
 

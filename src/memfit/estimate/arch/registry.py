@@ -19,8 +19,9 @@ falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_re
                ``mlp="plain"``, LayerNorm; *kv heads from multi_query / new_decoder_architecture*
 granite        Llama's layout; *scalar_multipliers* (embedding, residual, logits: each a new tensor that saves
                nothing) (registered below, issue 13)
-gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types`` /
-               ``sliding_layers``; *one rope table per layer type* (two cos/sin pairs)
+gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types``;
+               *sliding_layers="pattern"* (``sliding_window_pattern``), *rope_per_layer_type* (two cos/sin
+               pairs) (registered below, issue 13)
 qwen3_moe      Qwen3's attention + ``MoeLayout``; *dense layers* (``mlp_only_layers``, ``decoder_sparse_step``:
                a per-layer MLP kind, replayed once per kind)
 gpt_oss        ``MoeLayout`` with *router bias, expert biases, transposed gate_up (E, h, 2i), clamped SwiGLU*;
@@ -241,6 +242,27 @@ GRANITE = Architecture(
     names=ModuleNames(), lora_targets=None,
 )
 
+# Gemma 3 (text; a ``gemma3`` multimodal config.json is read through its ``text_config``): Gemma 2's four norms
+# with the (1 + w) offset, q/k RMSNorms per head, embedding scaling, sliding and full layers interleaved
+# (``layer_types``, else every ``sliding_window_pattern``-th layer full), one rope table per layer type, no
+# soft-capping unless the config sets it; sdpa allowed.
+GEMMA3_TEXT = Architecture(
+    model_type="gemma3_text", source=_SOURCE.format("gemma3"),
+    layout=BlockLayout(norm_weight="one_plus_before_cast", embed_scale=True, post_attn_norm=True, post_mlp_norm=True,
+                       qk_norm="head", sliding_layers="pattern", rope_per_layer_type=True,
+                       sliding_sdpa_mask=True),
+    keys=ConfigKeys(kv_heads_default=4, head_dim_default=256, heads_divide_hidden=True,
+                    positions=Size("positions", ("max_position_embeddings",), 131_072),
+                    activation=Text(("hidden_activation", "hidden_act", "activation_function"), "gelu_pytorch_tanh"),
+                    tie_embeddings=Flag(("tie_word_embeddings",), True),
+                    attn_softcap=Cap(("attn_logit_softcapping",), None),
+                    final_softcap=Cap(("final_logit_softcapping",), None),
+                    sliding_window=Window(("sliding_window",), 4096), layer_types=("layer_types",),
+                    sliding_pattern=Size("layers", ("sliding_window_pattern",), 6),
+                    scales_with_head_dim=("query_pre_attn_scalar",)),
+    names=ModuleNames(block=BlockNames(pre_mlp_norm="pre_feedforward_layernorm")), lora_targets=_QV,
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
     LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL,
-    OLMO2, PHI, GRANITE)}
+    OLMO2, PHI, GRANITE, GEMMA3_TEXT)}
