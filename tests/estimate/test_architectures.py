@@ -234,6 +234,7 @@ def test_phi_lm_head_bias_is_counted_and_copied_by_modules_to_save() -> None:
 
 # ---- a new architecture is one entry ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_olmo2_is_a_flag_combination_checked_against_real_steps() -> None:
     """OLMo 2 (issue 13) is one registry entry of flags that existed before it (no pre-norms, post-attention and
     post-MLP norms, q/k norms over the full width, the norm weight before the cast): the parametrised checks

@@ -32,6 +32,7 @@ def test_every_sixth_layer_is_full_as_transformers_says() -> None:
     assert ModelShape.from_hf_config(_tiny(2, layer_types=listed)).layer_types == ("full", "sliding")
 
 
+@pytest.mark.slow
 def test_one_rope_table_per_layer_type_against_a_real_step() -> None:
     """Gemma 3 makes cos and sin once per layer type (a global and a local rope base). LoRA q/v fp32, b=1, s=32,
     d=16: one pair is 2 x 32*16*4 = 4,096 B. Two layers are both sliding: 4,096 B; six layers hold five sliding
@@ -72,6 +73,7 @@ def test_a_gemma3_multimodal_config_is_read_and_built_through_its_text_config() 
     assert count_params(shape).total == 11_766_034_176
 
 
+@pytest.mark.slow
 def test_sliding_layers_take_an_sdpa_mask_once_the_sequence_reaches_the_window() -> None:
     """transformers 5.24 skips the sdpa mask of a sliding layer (``is_causal`` instead) only while the sequence is
     shorter than the window. Six layers (five sliding, one full), window 16, LoRA q/v fp32 sdpa, b=2: at s=15 no
