@@ -67,6 +67,12 @@ def test_a_gemma3_multimodal_config_is_read_and_built_through_its_text_config() 
     model = build_meta_model(multimodal, RunSpec(method="full", precision="bf16"))
     assert type(model).__name__ == "Gemma3ForCausalLM"
     assert sum(p.numel() for p in model.parameters()) == count_params(ModelShape.from_hf_config(text)).total
+    from memfit.measure.point import measure_point
+    from memfit.trace.engine import trace_step
+
+    traced = trace_step(multimodal, spec).peak_bytes
+    assert traced == trace_step(text, spec).peak_bytes
+    assert measure_point(multimodal, spec, steps=0, warmup=0).peak_bytes == traced  # the trace is byte-exact
     # the catalogue's Gemma-3-12B is that config.json: 48 layers of h=3840 (11,766,034,176 parameters)
     shape = lookup("gemma-3-12b").shape
     assert (shape.model_type, shape.n_layers, shape.hidden, shape.vocab) == ("gemma3_text", 48, 3840, 262_208)
