@@ -39,6 +39,9 @@ OPT = _config("opt", intermediate=256, word_embed_proj_dim=64, activation_functi
 # token embeddings narrower than h (as OPT-350m): project_in / project_out are linears of their own
 OPT_PROJECTED = {**OPT, "word_embed_proj_dim": 32}
 
+# Phi (issue 13) with its q/k LayerNorms switched on and every dropout it has (attention, residual, embedding)
+PHI_QK = _config("phi", intermediate=256, qk_layernorm=True, resid_pdrop=0.1, embd_pdrop=0.1, attention_dropout=0.1)
+
 # GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
 # embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
 ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
@@ -57,6 +60,7 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
                                                                 targets=("all-linear",), lora_dropout=0.1)),
     # the estimate missed project_in's and project_out's saved inputs (saved bytes -6.4%)
     ("opt projected full fp32 sdpa", OPT_PROJECTED, RunSpec(method="full", precision="fp32", attention="sdpa")),
+    ("phi qk-layernorm full fp32 eager dropout", PHI_QK, RunSpec(method="full", precision="fp32", attention="eager")),
 ]
 
 
