@@ -77,8 +77,10 @@ def _attention(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear], rope: R
     if lay.eager_qkv_copies and rp.spec.attention == "eager":
         # GPT-2's _attn: the matmuls take transposed views of the fused qkv output, which bmm copies
         q, k, v = (t.new(z.shape, z.itemsize, z.requires_grad) for z in (q, k, v))
-    # rope on slices of a fused qkv output returns q contiguous heads-first (ops._fused)
-    o = ops.attention(rp, q, k, v, heads_first=lay.fused_qkv and rope is not None)  # (b, s, a*d)
+    # q comes out of rope contiguous heads-first when rope ran on slices of a fused qkv output or ended in
+    # the partial-rotary cat (ops._fused)
+    heads_first = rope is not None and (lay.fused_qkv or m.rotary_fraction < 1.0)
+    o = ops.attention(rp, q, k, v, heads_first=heads_first)  # (b, s, a*d)
     return ops.linear(rp, o, lins["o"], "attention/out")
 
 

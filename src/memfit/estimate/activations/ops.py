@@ -242,10 +242,10 @@ def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str,
 
     The CPU flash kernel's output takes q's memory layout. q from its own projection is a transposed view
     of (b, s, a, d) and keeps that layout through rope, so transformers' ``transpose(1, 2).contiguous()``
-    of the output is a view. With ``heads_first`` (rope applied to slices of a fused qkv output, which
-    comes back contiguous in (b, a, s, d): Phi-3, GPT-NeoX) it is a copy, b*s*a*d in q's dtype, which the
-    output projection saves when it trains (a real fp32 step of a 2-layer Phi-3, b1 s32 a4 d16: 8,192 B a
-    block)."""
+    of the output is a view. With ``heads_first`` (q contiguous in (b, a, s, d): rope applied to slices of
+    a fused qkv output, Phi-3 and GPT-NeoX, or a partial rope's final cat, Phi) it is a copy, b*s*a*d in
+    q's dtype, which the output projection saves when it trains (a real fp32 step of a 2-layer Phi-3, b1 s32
+    a4 d16: 8,192 B a block)."""
     t, m, spec = rp.tape, rp.model, rp.spec
     b, s, a, kv, d = rp.batch, rp.seq, m.n_heads, m.n_kv_heads, m.head_dim
     if t.autocast:
