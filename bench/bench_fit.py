@@ -31,6 +31,9 @@ SCENARIOS = [
      RunSpec(method="full", batch=4, seq=4096, grad_accum=4, gpus=8), "A100-80GB"),
     ("Llama-3.1-70B LoRA r16, b4 s4096, T4 (nothing fits)", "llama-3.1-70b",
      RunSpec(method="lora", rank=16, batch=4, seq=4096), "T4"),
+    # issue 13 (second half)
+    ("Falcon-7B LoRA r16 query_key_value, b8 s2048, 24GiB", "falcon-7b",
+     RunSpec(method="lora", rank=16, batch=8, seq=2048), "24GiB"),
 ]
 
 

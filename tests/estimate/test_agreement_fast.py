@@ -39,6 +39,12 @@ OPT = _config("opt", intermediate=256, word_embed_proj_dim=64, activation_functi
 # token embeddings narrower than h (as OPT-350m): project_in / project_out are linears of their own
 OPT_PROJECTED = {**OPT, "word_embed_proj_dim": 32}
 
+# Falcon-7B's block (multi-query, parallel: CPU sdpa takes torch's math path) and its serial multi-head variant with
+# biases (FalconLinear adds them after the matmul: fp32 outputs under autocast) and both of its dropouts
+FALCON = _config("falcon", intermediate=256)
+FALCON_SERIAL = {**FALCON, "multi_query": False, "parallel_attn": False, "bias": True, "hidden_dropout": 0.1,
+                 "attention_dropout": 0.1}
+
 # GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
 # embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
 ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
@@ -57,6 +63,9 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
                                                                 targets=("all-linear",), lora_dropout=0.1)),
     # the estimate missed project_in's and project_out's saved inputs (saved bytes -6.4%)
     ("opt projected full fp32 sdpa", OPT_PROJECTED, RunSpec(method="full", precision="fp32", attention="sdpa")),
+    ("falcon full bf16 sdpa", FALCON, RunSpec(method="full", precision="bf16", attention="sdpa")),
+    ("falcon serial lora all-linear mixed dropout", FALCON_SERIAL,
+     RunSpec(method="lora", precision="mixed-bf16", attention="sdpa", targets=("all-linear",))),
 ]
 
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from memfit.errors import MemfitError
 from memfit.estimate.arch import REGISTRY, Architecture, BlockLayout, ConfigKeys, ConfigReader, LayerType, MissingKey
-from memfit.estimate.arch.keys import check_int, first_key
+from memfit.estimate.arch.keys import NotModelled, check_int, first_key
 from memfit.estimate.config_file import read_config_file
 
 LinearRole = Literal["q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down", "router", "experts_gate_up",
@@ -51,6 +51,10 @@ def _dropout_fields() -> dict[str, dict[str, tuple[str, float]]]:
 # model_type -> ModelShape dropout field -> (config key, the config class's default): a view of the registry's
 # ConfigKeys (``attention_dropout``, ``residual_dropout``, ``embedding_dropout``).
 DROPOUT_FIELDS: dict[str, dict[str, tuple[str, float]]] = _dropout_fields()
+
+
+# ModelShape fields that only some architectures have: to_dict lists them only where the config sets them
+_SHOWN_WHEN_SET = frozenset({"attn_residual_dropout", "multi_query"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,6 +143,8 @@ class ModelShape:
     attention_dropout: float = 0.0
     residual_dropout: float = 0.0
     embedding_dropout: float = 0.0
+    attn_residual_dropout: float | None = None  # the attention output's own dropout (Falcon's serial block)
+    multi_query: bool = False  # Falcon's multi_query: one key/value head, indexed out of the fused qkv
 
     # ---- derived structure -------------------------------------------------------------
     @property
@@ -162,6 +168,17 @@ class ModelShape:
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
+
+    @property
+    def has_pre_mlp_norm(self) -> bool:
+        """Whether the block has a norm before its MLP (Falcon's only with a serial residual)."""
+        lay = self.layout
+        return lay.pre_mlp_norm and not (lay.pre_mlp_norm_serial_only and self.parallel_residual)
+
+    @property
+    def attn_output_dropout(self) -> float:
+        """The dropout probability on the attention output before its residual add."""
+        return self.residual_dropout if self.attn_residual_dropout is None else self.attn_residual_dropout
 
     @property
     def embed_dim(self) -> int:
@@ -209,14 +226,15 @@ class ModelShape:
                     Norm(path=n.k_norm, role="k", size=self.head_dim if head else self.kv_dim, bias=b)]
         if lay.post_attn_norm:
             out.append(Norm(path=n.post_attn_norm, role="post_attn", size=h, bias=b))
-        if lay.pre_mlp_norm:
+        if self.has_pre_mlp_norm:
             out.append(Norm(path=n.pre_mlp_norm, role="pre_mlp", size=h, bias=b))
         if lay.post_mlp_norm:
             out.append(Norm(path=n.post_mlp_norm, role="post_mlp", size=h, bias=b))
         return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "arch"}
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__
+               if f != "arch" and not (f in _SHOWN_WHEN_SET and getattr(self, f) in (None, False))}
         out["model_type"] = self.model_type
         out["layer_types"] = list(self.layer_types)
         return out
@@ -354,7 +372,9 @@ def _heads(r: ConfigReader, k: ConfigKeys, hidden: int, n_heads: int) -> tuple[i
         raise MemfitError(f"{hidden_key} {hidden} is not divisible by {heads_key} {n_heads}: transformers' "
                           f"{model_type} splits the hidden size evenly across the heads; set {heads_key} to a "
                           f"divisor of {hidden} ({_divisors(hidden)})")
-    if not k.kv_heads:  # multi-head attention; transformers ignores both keys
+    if k.multi_query.read(r):  # Falcon's multi_query: one key/value head, d = h / a
+        n_kv, head_dim = 1, hidden // n_heads
+    elif not k.kv_heads:  # multi-head attention; transformers ignores both keys
         n_kv, head_dim = n_heads, hidden // n_heads
     else:
         if k.kv_heads[0] in cfg:  # null: = heads, as the config classes' __post_init__ do
@@ -404,6 +424,10 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     cfg = _language_config(config)
     arch = _architecture(cfg)
     k, r, model_type = arch.keys, ConfigReader(cfg, arch.model_type), arch.model_type
+    for key, variant in k.not_modelled:
+        if r.get(key):
+            raise NotModelled(f"{key}: true selects {variant}, which memfit estimate does not model for "
+                              f"{model_type}: run `memfit trace` or `memfit measure` (the real model code)")
     n_layers = r.need("layers", *k.layers)
     hidden = r.need("hidden size", *k.hidden)
     n_heads = r.need("attention heads", *k.heads)
@@ -412,6 +436,8 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     activation = k.activation.read(r)
     dropout = {"attention_dropout": k.attention_dropout.read(r), "residual_dropout": k.residual_dropout.read(r),
                "embedding_dropout": k.embedding_dropout.read(r)}
+    if k.attn_residual_dropout is not None:
+        dropout["attn_residual_dropout"] = k.attn_residual_dropout.read(r)
     intermediate = k.intermediate.read(r, hidden=hidden)
     proj = r.size("hidden size", *k.embed_proj_dim, default=hidden) if k.embed_proj_dim else hidden
     window = k.sliding_window.read(r) if k.sliding_enabled.read(r) else None
@@ -427,4 +453,5 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
         final_norm=k.final_norm.read(r) and not k.final_norm_dropped.read(r),
         attn_softcap=k.attn_softcap.read(r), final_softcap=k.final_softcap.read(r), sliding_window=window,
         layer_types=_layer_types(r, arch, n_layers, window), n_experts=n_experts, experts_per_token=per_token,
+        multi_query=k.multi_query.read(r),
     )

@@ -35,6 +35,8 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     ("opt-1.3b", 256, 2),
     ("pythia-1.4b", 256, 2),
     ("qwen3-8b", 256, 2),
+    # issue 13 (second half)
+    ("falcon-7b", 256, 2),
 )
 
 

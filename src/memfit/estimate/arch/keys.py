@@ -63,6 +63,11 @@ class MissingKey(MemfitError):
     """A size the estimate needs is absent from the config (transformers may still have a default for it)."""
 
 
+class NotModelled(MissingKey):
+    """The config selects a variant of its architecture the estimate does not model (Falcon's
+    ``new_decoder_architecture``); transformers builds it, so ``trace`` and ``measure`` still run it."""
+
+
 class ConfigReader:
     """Typed reads from one config dict, each a MemfitError naming the field when the value is unusable."""
 
@@ -214,6 +219,12 @@ class ConfigKeys:
       output before its residual add; ``embedding_dropout`` on the embedding output (what the modeling code
       applies in ``train()``; a key the config has but the code never applies is not listed: Phi-3's
       ``embd_pdrop``).
+    - ``multi_query``: a flag that, when true, gives one key/value head (Falcon's ``multi_query``; false: as
+      many as heads, with ``kv_heads`` ``()``).
+    - ``attn_residual_dropout``: the dropout on the attention output before its residual add where it is not
+      ``residual_dropout`` (Falcon's serial block: ``attention_dropout``); None: ``residual_dropout``.
+    - ``not_modelled``: (flag key, what it selects) pairs: a config setting the flag true is refused by the
+      estimate with :class:`NotModelled` (``trace`` and ``measure`` run it).
     - ``scales_with_head_dim``: keys whose value is per head (Gemma 2's ``query_pre_attn_scalar``), which a
       model scaled to another head_dim sets to it.
     """
@@ -251,11 +262,16 @@ class ConfigKeys:
     residual_dropout: Dropout = _NO_DROPOUT
     embedding_dropout: Dropout = _NO_DROPOUT
     scales_with_head_dim: tuple[str, ...] = ()
+    multi_query: Flag = Flag((), False)
+    attn_residual_dropout: Dropout | None = None
+    not_modelled: tuple[tuple[str, str], ...] = ()
 
     def dropout_fields(self) -> dict[str, tuple[str, float]]:
         """ModelShape dropout field -> (config key, the config class's default), for the dropouts applied."""
         fields = {"attention_dropout": self.attention_dropout, "residual_dropout": self.residual_dropout,
                   "embedding_dropout": self.embedding_dropout}
+        if self.attn_residual_dropout is not None:
+            fields["attn_residual_dropout"] = self.attn_residual_dropout
         return {f: (d.name, d.default) for f, d in fields.items() if d.name}
 
     def write(self, *, layers: int, hidden: int, heads: int, kv_heads: int | None = None,

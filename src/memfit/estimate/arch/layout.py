@@ -80,6 +80,22 @@ class BlockLayout:
       or ``input`` (GPT-2: in the scores' dtype, fp32 only under autocast); ``eager_repeat_kv``: k and v are
       repeated to every head (``repeat_kv`` copies) when heads > kv heads; ``eager_qkv_copies``: the matmuls
       take non-contiguous views of the fused qkv output and copy them (GPT-2's ``_attn``).
+    - ``pre_mlp_norm_serial_only``: the pre-MLP norm exists only when the config's residual is serial (Falcon's
+      ``post_attention_layernorm``, built only with ``parallel_attn: false``; parallel, the MLP reads the
+      attention norm's output).
+    - ``multi_query_kv_copies``: under multi-query attention (one key/value head, ``ModelShape.multi_query``) k
+      and v are indexed out of the fused qkv output with a list (Falcon's ``fused_qkv[..., [-2], :]``): copies of
+      (b, s, d) each, where a saved view would keep the whole fused output.
+    - ``parallel_dropout_on_sum``: a parallel block drops out ``o + f`` once (Falcon's
+      ``dropout_add(mlp_output + attention_output, residual, hidden_dropout)``), not o and f each.
+    - ``sdpa_direct``: the attention is the model's own code, not transformers' attention functions (Falcon): k and
+      v keep their key/value heads (no ``repeat_kv``), and the matmuls broadcast them over the heads, a copy
+      unless the batch is 1 (the expanded (1, a, ...) view then reshapes without one); it calls
+      ``scaled_dot_product_attention`` itself, always with the causal mask materialised (``allow_is_causal_skip=
+      False``), which the fused kernel keeps, and without ``enable_gqa``, so with fewer key/value heads than
+      heads torch runs the composite math path (fp32, O(s^2)).
+    - ``bias_add_promotes``: the block linears add their bias after the matmul (Falcon's ``FalconLinear``:
+      ``x @ W.T + b``), so under autocast the compute-dtype product plus the fp32 bias is an fp32 tensor.
     - ``sliding_layers``: which layers attend through the sliding window when the config sets one: ``all``
       (Mistral), ``alternate`` (Gemma 2: even layers sliding, odd full), ``after_max_window_layers`` (Qwen2:
       layers from ``max_window_layers`` on), ``none``. A config's own ``layer_types`` list wins.
@@ -106,3 +122,8 @@ class BlockLayout:
     eager_repeat_kv: bool = True
     eager_qkv_copies: bool = False
     sliding_layers: SlidingLayers = "none"
+    pre_mlp_norm_serial_only: bool = False
+    multi_query_kv_copies: bool = False
+    parallel_dropout_on_sum: bool = False
+    sdpa_direct: bool = False
+    bias_add_promotes: bool = False

@@ -15,8 +15,11 @@ olmo2          ``pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, p
                test_architectures.py`` registers it and checks it against transformers and real steps)
 phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), True), pre_mlp_norm=False,
                mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *lm_head bias*
-falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
-               ``mlp="plain"``, LayerNorm; *kv heads from multi_query / new_decoder_architecture*
+falcon         registered: ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from
+               ``parallel_attn``, ``mlp="plain"``, LayerNorm; *multi_query* (a key), *multi_query_kv_copies*,
+               *pre_mlp_norm_serial_only*, *parallel_dropout_on_sum*, *sdpa_direct* (its own attention code:
+               math-path sdpa), *bias_add_promotes*; ``new_decoder_architecture`` and ``alibi`` refused
+               (``not_modelled``)
 granite        Llama's layout; *scalar multipliers* (embedding, residual, attention scale, logits: each a new
                tensor, no saved bytes but the logits' extra b*s*V)
 gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types`` /
@@ -196,5 +199,38 @@ OPT = Architecture(
     lora_targets=_QV,
 )
 
+# ---- issue 13, second half: falcon, qwen3_moe, gpt_oss, deepseek_v3 ----------------------------------------
+
+_FALCON_BIAS = Flag(("bias",), False)
+# Falcon-7B's block (FalconConfig: multi_query, parallel_attn; new_decoder_architecture and alibi off): one
+# LayerNorm read by both the attention and the MLP, fused query_key_value (FalconLinear: ``x @ W.T``, saving what
+# F.linear saves) split into copies, one key/value head; the eager path computes the softmax in the hidden
+# states' dtype and applies no attention dropout (only ALiBi's path does); ``attention_dropout`` drops the
+# attention output in the serial block, ``hidden_dropout`` o + f (parallel) or f (serial).
+FALCON = Architecture(
+    model_type="falcon", source=_SOURCE.format("falcon"),
+    layout=BlockLayout(norm="layernorm", norm_bias=True, fused_qkv=True, multi_query_kv_copies=True, mlp="plain",
+                       pre_mlp_norm_serial_only=True, parallel_dropout_on_sum=True, eager_softmax_dtype="input",
+                       eager_repeat_kv=False, sdpa_direct=True, bias_add_promotes=True),
+    keys=ConfigKeys(kv_heads=(), heads_divide_hidden=True,
+                    multi_query=Flag(("multi_query",), True),
+                    intermediate=Size("intermediate size", ("ffn_hidden_size",), per_hidden=4),
+                    activation=Text(("activation",), "gelu"), norm_eps=Real(("layer_norm_epsilon",), 1e-5),
+                    tie_embeddings=Flag(("tie_word_embeddings",), True), qkv_bias=_FALCON_BIAS,
+                    o_bias=_FALCON_BIAS, mlp_bias=_FALCON_BIAS, parallel_residual=Flag(("parallel_attn",), True),
+                    attention_dropout=Dropout("", 0.0), residual_dropout=Dropout("hidden_dropout", 0.0),
+                    attn_residual_dropout=Dropout("attention_dropout", 0.0),
+                    not_modelled=(("new_decoder_architecture", "Falcon-40B's decoder (grouped kv heads, ln_attn and "
+                                   "ln_mlp)"), ("alibi", "ALiBi positions instead of rotary"))),
+    names=ModuleNames(
+        block=BlockNames(qkv="self_attention.query_key_value", o="self_attention.dense", up="mlp.dense_h_to_4h",
+                         down="mlp.dense_4h_to_h", extras=("self_attention.attention_dropout", "mlp.act")),
+        model=ModelNames(layers="transformer.h", embed="transformer.word_embeddings", final_norm="transformer.ln_f",
+                         outside=("transformer", "transformer.word_embeddings", "transformer.h", "transformer.ln_f",
+                                  "transformer.rotary_emb", "lm_head"))),
+    lora_targets=("query_key_value",),
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
     LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL)}
+REGISTRY.update((a.model_type, a) for a in (FALCON,))
