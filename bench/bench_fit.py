@@ -34,6 +34,9 @@ SCENARIOS = [
     # issue 13 (second half)
     ("Falcon-7B LoRA r16 query_key_value, b8 s2048, 24GiB", "falcon-7b",
      RunSpec(method="lora", rank=16, batch=8, seq=2048), "24GiB"),
+    ("Qwen3-30B-A3B LoRA r16 attention, b4 s4096, A100-80GB", "qwen3-30b-a3b",
+     RunSpec(method="lora", rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), batch=4, seq=4096),
+     "A100-80GB"),
 ]
 
 

@@ -25,7 +25,7 @@ def tiny(model_type: str, **extra: Any) -> dict[str, Any]:
     """A 2-layer config of a registered architecture under its own keys (4 experts for MoE layouts; token id 0
     for padding: some classes default pad_token_id beyond a tiny vocabulary)."""
     arch = REGISTRY[model_type]
-    moe = {"num_local_experts": 4, "num_experts_per_tok": 2} if arch.layout.moe is not None else {}
+    moe = arch.keys.moe_sizes(4, 2)
     sizes = arch.keys.write(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=300, positions=256)
     return {"model_type": model_type, **sizes, "pad_token_id": 0, **moe, **extra}
 
@@ -279,5 +279,20 @@ def test_falcon_40b_decoder_and_alibi_are_refused_by_the_estimate_only() -> None
     for key in ("new_decoder_architecture", "alibi"):
         config = tiny("falcon", **{key: True})
         with pytest.raises(MemfitError, match=f"{key}: true selects .*memfit trace"):
+            ModelShape.from_hf_config(config)
+        validate_config(config)
+
+
+def test_qwen3_moe_dense_layers_are_refused_by_the_estimate_only() -> None:
+    """mlp_only_layers / decoder_sparse_step > 1 put dense MLPs (intermediate_size) among the MoE layers: the
+    estimate models one block kind and refuses them, naming trace / measure (which run them); the published
+    configs (mlp_only_layers [], decoder_sparse_step 1) are modelled, and their counts equal transformers'."""
+    from memfit.errors import MemfitError
+    from memfit.estimate.shape import validate_config
+
+    check_parameters(tiny("qwen3_moe", mlp_only_layers=[], decoder_sparse_step=1, norm_topk_prob=True))
+    for extra in ({"mlp_only_layers": [0]}, {"decoder_sparse_step": 2}):
+        config = tiny("qwen3_moe", **extra)
+        with pytest.raises(MemfitError, match="selects dense MLP layers among the MoE ones.*memfit trace"):
             ModelShape.from_hf_config(config)
         validate_config(config)

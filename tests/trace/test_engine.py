@@ -22,8 +22,7 @@ VOCAB = 300  # not a multiple of anything in the configs, so no activation is mi
 def config(arch: str, **extra: object) -> dict[str, object]:
     """A tiny config of a registered architecture: 4 experts for MoE layouts; token id 0 for padding (Phi-3's
     default pad_token_id, 32000, is outside the tiny vocabulary)."""
-    if REGISTRY[arch].layout.moe is not None:
-        extra = {"num_local_experts": 4, "num_experts_per_tok": 2, **extra}
+    extra = {**REGISTRY[arch].keys.moe_sizes(4, 2), **extra}
     return tiny_config(arch, layers=2, hidden=64, heads=4, kv_heads=2, vocab=VOCAB, pad_token_id=0, **extra)
 
 

@@ -28,6 +28,7 @@ there are. :func:`~memfit.estimate.config_file.read_config_file` reads a ``confi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -53,8 +54,8 @@ def _dropout_fields() -> dict[str, dict[str, tuple[str, float]]]:
 DROPOUT_FIELDS: dict[str, dict[str, tuple[str, float]]] = _dropout_fields()
 
 
-# ModelShape fields that only some architectures have: to_dict lists them only where the config sets them
-_SHOWN_WHEN_SET = frozenset({"attn_residual_dropout", "multi_query"})
+# ModelShape fields that only some architectures have, and the value to_dict leaves them out at
+_SHOWN_WHEN_SET = {"attn_residual_dropout": None, "multi_query": False, "router_renorm": True}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,6 +146,7 @@ class ModelShape:
     embedding_dropout: float = 0.0
     attn_residual_dropout: float | None = None  # the attention output's own dropout (Falcon's serial block)
     multi_query: bool = False  # Falcon's multi_query: one key/value head, indexed out of the fused qkv
+    router_renorm: bool = True  # MoE: the top-k weights divided by their sum (Qwen3-MoE's norm_topk_prob)
 
     # ---- derived structure -------------------------------------------------------------
     @property
@@ -234,7 +236,7 @@ class ModelShape:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f: getattr(self, f) for f in self.__dataclass_fields__
-               if f != "arch" and not (f in _SHOWN_WHEN_SET and getattr(self, f) in (None, False))}
+               if f != "arch" and not (f in _SHOWN_WHEN_SET and getattr(self, f) == _SHOWN_WHEN_SET[f])}
         out["model_type"] = self.model_type
         out["layer_types"] = list(self.layer_types)
         return out
@@ -424,9 +426,10 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     cfg = _language_config(config)
     arch = _architecture(cfg)
     k, r, model_type = arch.keys, ConfigReader(cfg, arch.model_type), arch.model_type
-    for key, variant in k.not_modelled:
-        if r.get(key):
-            raise NotModelled(f"{key}: true selects {variant}, which memfit estimate does not model for "
+    for key, modelled, variant in k.not_modelled:
+        if r.get(key, default=modelled) != modelled:
+            raise NotModelled(f"{key}: {json.dumps(r.get(key))} selects {variant}, which memfit estimate does not "
+                              f"model for "
                               f"{model_type}: run `memfit trace` or `memfit measure` (the real model code)")
     n_layers = r.need("layers", *k.layers)
     hidden = r.need("hidden size", *k.hidden)
@@ -453,5 +456,5 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
         final_norm=k.final_norm.read(r) and not k.final_norm_dropped.read(r),
         attn_softcap=k.attn_softcap.read(r), final_softcap=k.final_softcap.read(r), sliding_window=window,
         layer_types=_layer_types(r, arch, n_layers, window), n_experts=n_experts, experts_per_token=per_token,
-        multi_query=k.multi_query.read(r),
+        multi_query=k.multi_query.read(r), router_renorm=k.router_renorm.read(r),
     )

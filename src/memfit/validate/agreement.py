@@ -37,6 +37,7 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     ("qwen3-8b", 256, 2),
     # issue 13 (second half)
     ("falcon-7b", 256, 2),
+    ("qwen3-30b-a3b", 256, 2),
 )
 
 

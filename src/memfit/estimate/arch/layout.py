@@ -48,10 +48,16 @@ class MoeLayout:
     takes (bf16 only, on CPU too; autocast does not cast for it); under the others transformers runs its
     eager per-expert loop (``experts_implementation="eager"``), which a fake-tensor trace cannot run (its
     ``nonzero`` has a data-dependent shape).
+
+    ``weights_in_logits_dtype``: the top-k routing weights are cast back to the router logits' dtype before they
+    weight the expert outputs (Qwen3-MoE's ``router_top_value.to(router_logits.dtype)``; Mixtral keeps them
+    fp32). Whether the k weights are divided by their sum is a config fact (``ConfigKeys.router_renorm``:
+    Qwen3-MoE's ``norm_topk_prob``; Mixtral always).
     """
 
     router: RouterKind = "softmax_topk_renorm"
     grouped_mm_precisions: tuple[str, ...] = ("bf16",)
+    weights_in_logits_dtype: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

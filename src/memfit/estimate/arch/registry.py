@@ -24,8 +24,9 @@ granite        Llama's layout; *scalar multipliers* (embedding, residual, attent
                tensor, no saved bytes but the logits' extra b*s*V)
 gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types`` /
                ``sliding_layers``; *one rope table per layer type* (two cos/sin pairs)
-qwen3_moe      Qwen3's attention + ``MoeLayout``; *dense layers* (``mlp_only_layers``, ``decoder_sparse_step``:
-               a per-layer MLP kind, replayed once per kind)
+qwen3_moe      registered: Qwen3's attention + ``MoeLayout(weights_in_logits_dtype=True)``, *router_renorm* (a key:
+               ``norm_topk_prob``); dense layers (``mlp_only_layers``, ``decoder_sparse_step``) refused
+               (``not_modelled``: one block kind per model; a per-layer MLP kind, replayed once per kind, is next)
 gpt_oss        ``MoeLayout`` with *router bias, expert biases, transposed gate_up (E, h, 2i), clamped SwiGLU*;
                *attention sinks* (a (a,) parameter, a concatenated column in eager); ``sliding_layers``
 deepseek_v3    *attention="mla"* (q_a/q_b, kv_a/kv_b projections and their norms), ``MoeLayout`` with *shared
@@ -220,8 +221,8 @@ FALCON = Architecture(
                     o_bias=_FALCON_BIAS, mlp_bias=_FALCON_BIAS, parallel_residual=Flag(("parallel_attn",), True),
                     attention_dropout=Dropout("", 0.0), residual_dropout=Dropout("hidden_dropout", 0.0),
                     attn_residual_dropout=Dropout("attention_dropout", 0.0),
-                    not_modelled=(("new_decoder_architecture", "Falcon-40B's decoder (grouped kv heads, ln_attn and "
-                                   "ln_mlp)"), ("alibi", "ALiBi positions instead of rotary"))),
+                    not_modelled=(("new_decoder_architecture", False, "Falcon-40B's decoder (grouped kv heads, "
+                                   "ln_attn and ln_mlp)"), ("alibi", False, "ALiBi positions instead of rotary"))),
     names=ModuleNames(
         block=BlockNames(qkv="self_attention.query_key_value", o="self_attention.dense", up="mlp.dense_h_to_4h",
                          down="mlp.dense_4h_to_h", extras=("self_attention.attention_dropout", "mlp.act")),
@@ -231,6 +232,26 @@ FALCON = Architecture(
     lora_targets=("query_key_value",),
 )
 
+# Qwen3-30B-A3B's block (transformers/models/qwen3_moe): Qwen3's attention (q/k norms per head), Mixtral's sparse
+# MoE block with ``num_experts`` experts of ``moe_intermediate_size``, the top-k weights renormalised only with
+# ``norm_topk_prob`` and cast back to the logits' dtype; the sliding window (with ``use_sliding_window``) on every
+# layer. Dense layers (``mlp_only_layers``, ``decoder_sparse_step`` > 1: an MLP of ``intermediate_size``) are
+# refused by the estimate (every published Qwen3-MoE config has none).
+QWEN3_MOE = Architecture(
+    model_type="qwen3_moe", source=_SOURCE.format("qwen3_moe"),
+    layout=BlockLayout(qk_norm="head", moe=MoeLayout(weights_in_logits_dtype=True), sliding_layers="all"),
+    keys=ConfigKeys(kv_heads_default=4, positions=Size("positions", ("max_position_embeddings",), 32768),
+                    intermediate=Size("intermediate size", ("moe_intermediate_size",), 768),
+                    sliding_window=Window(("sliding_window",), 4096),
+                    sliding_enabled=Flag(("use_sliding_window",), False),
+                    experts=Size("experts", ("num_experts",), 128),
+                    experts_per_token=Size("experts per token", ("num_experts_per_tok",), 8),
+                    router_renorm=Flag(("norm_topk_prob",), False),
+                    not_modelled=(("mlp_only_layers", [], "dense MLP layers among the MoE ones"),
+                                  ("decoder_sparse_step", 1, "dense MLP layers among the MoE ones"))),
+    names=ModuleNames(block=BlockNames(extras=("mlp.experts.act_fn",))), lora_targets=None,
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
     LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL)}
-REGISTRY.update((a.model_type, a) for a in (FALCON,))
+REGISTRY.update((a.model_type, a) for a in (FALCON, QWEN3_MOE))
