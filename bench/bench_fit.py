@@ -37,6 +37,9 @@ SCENARIOS = [
     ("Qwen3-30B-A3B LoRA r16 attention, b4 s4096, A100-80GB", "qwen3-30b-a3b",
      RunSpec(method="lora", rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), batch=4, seq=4096),
      "A100-80GB"),
+    ("gpt-oss-20b LoRA r16 attention, b4 s4096, A100-80GB (experts dequantised to bf16)", "gpt-oss-20b",
+     RunSpec(method="lora", rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), batch=4, seq=4096,
+             attention="eager"), "A100-80GB"),
 ]
 
 

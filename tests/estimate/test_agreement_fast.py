@@ -49,6 +49,10 @@ FALCON_SERIAL = {**FALCON, "multi_query": False, "parallel_attn": False, "bias":
 QWEN3_MOE = _config("qwen3_moe", kv_heads=2, intermediate=128, vocab=300, head_dim=16, num_experts=4,
                     num_experts_per_tok=2, norm_topk_prob=True)
 
+# gpt-oss-20b's block: attention sinks (eager only), biased experts with a clamped SwiGLU, top-k-then-softmax router
+GPT_OSS = _config("gpt_oss", kv_heads=2, intermediate=128, vocab=300, head_dim=16, num_local_experts=4,
+                  num_experts_per_tok=2)
+
 # GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
 # embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
 ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
@@ -73,6 +77,8 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
     # the eager expert loop under autocast keeps one bf16 weight copy per expert (saved bytes were -37%)
     ("qwen3_moe lora q,v mixed eager", QWEN3_MOE, RunSpec(method="lora", precision="mixed-bf16", attention="eager",
                                                          targets=("q_proj", "v_proj"))),
+    ("gpt_oss lora q,v mixed eager", GPT_OSS, RunSpec(method="lora", precision="mixed-bf16", attention="eager",
+                                                     targets=("q_proj", "v_proj"))),
 ]
 
 

@@ -61,9 +61,10 @@ def check_parameters(config: dict[str, Any]) -> None:
     assert count_params(shape).total == sum(params.values())
     for i in range(shape.n_layers):
         prefix = f"{shape.arch.names.model.layers}.{i}."
-        for module in shape.linears() + shape.norms():
+        for module in shape.linears() + shape.norms() + shape.block_params():
             path = prefix + module.path
-            hf = sum(n for k, n in params.items() if k == path or k.startswith(path + "."))
+            # a fused expert parameter's bias is its sibling ``<name>_bias`` (GPT-OSS's gate_up_proj_bias)
+            hf = sum(n for k, n in params.items() if k in (path, path + "_bias") or k.startswith(path + "."))
             assert module.numel == hf, (config["model_type"], module.path)
 
 

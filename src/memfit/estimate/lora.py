@@ -88,7 +88,7 @@ def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
     targets = lora_targets(shape, spec)
     lins = block_linears(shape)
     if targets == (ALL_LINEAR,):
-        return lins
+        return lins if shape.arch.all_linear_moe else tuple(lin for lin in lins if lin.is_nn_linear)
     chosen = []
     matched: set[str] = set()
     for lin in lins:

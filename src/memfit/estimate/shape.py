@@ -104,6 +104,18 @@ class Norm:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class BlockParam:
+    """A parameter of a block that is neither a linear's nor a norm's (GPT-OSS's attention sinks, (a,))."""
+
+    path: str
+    size: int
+
+    @property
+    def numel(self) -> int:
+        return self.size
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelShape:
     """What a training step's memory depends on, for one decoder-only model.
 
@@ -203,11 +215,12 @@ class ModelShape:
         n, h, i, b = self.arch.names.block, self.hidden, self.intermediate, self.mlp_bias
         if self.layout.moe is not None:
             e = self.n_experts
-            return (Linear(path=n.router, role="router", in_features=h, out_features=e, is_nn_linear=False),
+            bias = self.layout.moe.bias  # GPT-OSS: the router and both expert parameters
+            return (Linear(path=n.router, role="router", in_features=h, out_features=e, bias=bias, is_nn_linear=False),
                     Linear(path=n.experts_gate_up, role="experts_gate_up", in_features=h, out_features=2 * i,
-                           experts=e, is_nn_linear=False),
+                           bias=bias, experts=e, is_nn_linear=False),
                     Linear(path=n.experts_down, role="experts_down", in_features=i, out_features=h, experts=e,
-                           is_nn_linear=False))
+                           bias=bias, is_nn_linear=False))
         down = Linear(path=n.down, role="down", in_features=i, out_features=h, bias=b)
         if self.layout.mlp == "plain":
             return (Linear(path=n.up, role="up", in_features=h, out_features=i, bias=b), down)
@@ -233,6 +246,12 @@ class ModelShape:
         if lay.post_mlp_norm:
             out.append(Norm(path=n.post_mlp_norm, role="post_mlp", size=h, bias=b))
         return tuple(out)
+
+    def block_params(self) -> tuple[BlockParam, ...]:
+        """The block's other parameters: GPT-OSS's attention sinks, one logit per head (``self_attn.sinks``)."""
+        if self.layout.attention_sinks:
+            return (BlockParam(path=self.arch.names.block.sinks, size=self.n_heads),)
+        return ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {f: getattr(self, f) for f in self.__dataclass_fields__

@@ -164,6 +164,8 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
             per_layer_tensors.append((norm.size, w, 0))
             if norm.bias:
                 per_layer_tensors.append((norm.size, w, 0))
+        for param in shape.block_params():
+            per_layer_tensors.append((param.size, w, 0))
         embed = [(shape.vocab * shape.embed_dim, w, shape.vocab + shape.embed_dim)]
         if shape.layout.position == "learned":
             positions = pc.embeddings - shape.vocab * shape.embed_dim

@@ -38,6 +38,7 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     # issue 13 (second half)
     ("falcon-7b", 256, 2),
     ("qwen3-30b-a3b", 256, 2),
+    ("gpt-oss-20b", 256, 2),
 )
 
 
@@ -69,6 +70,9 @@ def scaled_config(name: str, hidden: int, layers: int) -> dict[str, Any]:
     if keys.kv_heads and ("head_dim" in cfg or shape.head_dim * shape.n_heads != shape.hidden):
         cfg["head_dim"] = head_dim
     cfg.update(dict.fromkeys(keys.scales_with_head_dim, head_dim))  # Gemma 2's query_pre_attn_scalar
+    for key in keys.layer_types:  # a per-layer list (GPT-OSS's layer_types): its first ``layers`` entries
+        if isinstance(cfg.get(key), list):
+            cfg[key] = cfg[key][:layers]
     return cfg
 
 

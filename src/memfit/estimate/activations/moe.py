@@ -24,15 +24,23 @@ def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTens
     (Tk, h) -> (Tk, 2i), act(gate) * up, down -> (Tk, h), times the routing weights (Tk, 1).
     """
     t, m = rp.tape, rp.model
-    Tk, h, i = rp.batch * rp.seq * m.experts_per_token, m.hidden, m.intermediate
+    Tk, h = rp.batch * rp.seq * m.experts_per_token, m.hidden
     router = lins["router"]
     if router.path in rp.adapted:
         logits = _router_logits(rp, x, router)
     else:
         logits = ops.linear(rp, x, router, "moe/router")
-    probs = t.unary_saving_output(t.cast(logits, FP32_BYTES), "moe/router", FP32_BYTES)  # softmax(fp32)
+    moe_layout = m.layout.moe
+    if moe_layout is not None and moe_layout.router == "topk_softmax":
+        # GPT-OSS: topk of the logits (its indices), softmax over the k in the logits' dtype (its output)
+        if logits.requires_grad:
+            t.save(t.new((Tk,), INT64_BYTES, False), "moe/router")
+            t.save(t.new((Tk,), logits.itemsize, True), "moe/router")
+        probs = logits
+    else:
+        probs = t.unary_saving_output(t.cast(logits, FP32_BYTES), "moe/router", FP32_BYTES)  # softmax(fp32)
     top_index = t.new((Tk,), INT64_BYTES, False)
-    if probs.requires_grad:
+    if probs.requires_grad and probs is not logits:
         t.save(top_index, "moe/router")
         if m.router_renorm:  # top /= top.sum(-1, keepdim=True)
             top = t.new((Tk,), FP32_BYTES, True)
@@ -47,7 +55,7 @@ def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTens
     gathered = t.new((Tk, h), x.itemsize, x.requires_grad)
     gu = ops.linear(rp, gathered, gate_up, "moe/gate_up")  # (Tk, 2i)
     _autocast_expert_copies(rp, gathered, gate_up, "moe/gate_up")
-    f = t.mul(ops.activation(rp, gu.view(Tk, i), "moe/act"), gu.view(Tk, i), "moe/mul")
+    f = _gate(rp, gu)
     _autocast_expert_copies(rp, f, down, "moe/down")
     f = ops.linear(rp, f, down, "moe/down")  # (Tk, h)
     f = t.mul(f, weights, "moe/weights")
@@ -55,7 +63,31 @@ def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTens
         _eager_index_add(rp, x)
     else:
         t.save(t.new((Tk,), INT64_BYTES, False), "moe/dispatch")
+        if moe_layout is not None and moe_layout.bias and rp.full:
+            # grouped path: gate_up_proj_bias[expert_ids_g] and down_proj_bias[...] index trained biases with the
+            # sorted expert ids (Tk,) int64, one storage, which the index backward keeps
+            t.save(t.new((Tk,), INT64_BYTES, False), "moe/dispatch")
     return t.new((rp.batch, rp.seq, h), x.itemsize, f.requires_grad)
+
+
+def _gate(rp: Replay, gu: SymTensor, *, pending: int = 0) -> SymTensor:
+    """The experts' gate on the gate_up output (Tk, 2i) -> (Tk, i) (``MoeLayout.gate``): SwiGLU ``act(gate) * up``
+    (gate and up views of gu: act saves gu's storage, the product act(gate)), or GPT-OSS's clamped SwiGLU, which
+    keeps gu (both clamps' input) and four (Tk, i) tensors: the clamped gate and the sigmoid (their product), up + 1
+    and the glu (the final product)."""
+    t, m = rp.tape, rp.model
+    Tk, i = gu.shape[0], m.intermediate
+    moe_layout = m.layout.moe
+    if moe_layout is None or moe_layout.gate == "swiglu":
+        g = ops.activation(rp, gu.view(Tk, i), "moe/act", pending=pending)
+        return t.mul(g, gu.view(Tk, i), "moe/mul", pending=pending)
+    if gu.requires_grad:
+        t.save(gu, "moe/act")  # gate.clamp(max=l), up.clamp(-l, l): each saves its input, a view of gu
+    gate = t.op((gu,), t.new((Tk, i), gu.itemsize, gu.requires_grad), pending=pending)
+    sig = t.unary_saving_output(t.new((Tk, i), gu.itemsize, gu.requires_grad), "moe/act", pending=pending)
+    glu = t.mul(gate, sig, "moe/act", pending=pending)
+    up1 = t.new((Tk, i), gu.itemsize, gu.requires_grad)  # up.clamp(...) + 1
+    return t.mul(up1, glu, "moe/mul", pending=pending)
 
 
 def _autocast_expert_copies(rp: Replay, rows: SymTensor, lin: Linear, component: str) -> None:
@@ -212,8 +244,7 @@ def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear, ro
     rows_in = Tk * h * wc_gu.itemsize
     if not eager:
         t.event(gu.nbytes + rows_in + w_gu.nbytes - g_before_down)
-    g = ops.activation(rp, gu.view(Tk, i), "moe/act", pending=g_before_down)
-    f = t.mul(g, gu.view(Tk, i), "moe/mul", pending=g_before_down)
+    f = _gate(rp, gu, pending=g_before_down)
     w_d = _effective_weight(rp, down, "moe/down", pending=g_block)
     f, wc_d = _expert_matmul(rp, f, w_d, h, "moe/down")  # (Tk, h)
     if not eager:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.estimate.activations.tape import SymTensor, Tape
-from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES
+from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES, INT64_BYTES
 from memfit.estimate.lora import adapted_linears, lora_rank
 from memfit.estimate.shape import Linear, ModelShape
 from memfit.estimate.spec import RunSpec
@@ -84,8 +84,9 @@ def linear(rp: Replay, x: SymTensor, lin: Linear, component: str) -> SymTensor:
     else:
         w = t.weight((lin.out_features, lin.in_features), rp.spec.weight_bytes, rp.full)
         out = t.linear(x, w, lin.out_features, component)
-        if lin.bias and t.autocast and rp.model.layout.bias_add_promotes:
-            out = t.new(out.shape, rp.spec.weight_bytes, out.requires_grad)  # (x @ W.T) + b: the fp32 bias wins
+        if lin.bias and t.autocast and (rp.model.layout.bias_add_promotes or lin.experts > 1):
+            # (x @ W.T) + b outside F.linear (FalconLinear; fused experts' x @ W[e] + b[e]): the fp32 bias wins
+            out = t.new(out.shape, rp.spec.weight_bytes, out.requires_grad)
     if lin.path not in rp.adapted:
         return out
     return _lora(rp, x, lin, out)
@@ -223,6 +224,8 @@ def _eager(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str)
         # Falcon without multi-query: v is a strided view of the fused qkv output, which the bmm's reshape copies
         v = t.new((b, a, s, d), v.itemsize, v.requires_grad)
     scores = t.matmul(q, k, (b, a, s, s), f"{component}/qk")  # (b, a, s, s)
+    if lay.attention_sinks:
+        return _eager_with_sinks(rp, scores, v, component)
     if m.attn_softcap:
         scores = t.new(scores.shape, scores.itemsize, scores.requires_grad)  # / softcap
         scores = t.unary_saving_output(scores, f"{component}/softcap")  # tanh
@@ -235,6 +238,26 @@ def _eager(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str)
     else:
         p = t.cast(t.unary_saving_output(scores, f"{component}/scores", FP32_BYTES), q.itemsize)  # .to(q.dtype)
     # F.dropout(attn_weights, p=dropout): its mask, and the product with v saves the dropped copy
+    p = dropout(rp, p, m.attention_dropout, f"{component}/dropout")
+    o = t.matmul(p, v, (b, a, s, d), f"{component}/pv")
+    return t.new((b, s, a * d), o.itemsize, o.requires_grad)  # transpose(1, 2).contiguous()
+
+
+def _eager_with_sinks(rp: Replay, scores: SymTensor, v: SymTensor, component: str) -> SymTensor:
+    """GPT-OSS's ``eager_attention_forward`` after q @ k^T (``BlockLayout.attention_sinks``)::
+
+        logits = cat([scores * scale + mask, sinks (b, a, s, 1)], -1)   # (b, a, s, s + 1); fp32 under autocast
+        logits = logits - logits.max(-1, keepdim=True).values          # max saves its indices (b, a, s, 1) int64
+        probs = softmax(logits, dtype=logits.dtype)                    # saves its output
+        p = probs[..., :-1].to(v.dtype)                                # a view, or (autocast) a bf16 copy
+        out = p @ v                                                    # saves p (the view keeps probs) and v
+    """
+    t, m = rp.tape, rp.model
+    b, s, a, d = rp.batch, rp.seq, m.n_heads, m.head_dim
+    logits = t.new((b, a, s, s + 1), FP32_BYTES if t.autocast else scores.itemsize, True)
+    t.save(t.new((b, a, s, 1), INT64_BYTES, False), f"{component}/scores")  # max's indices
+    probs = t.unary_saving_output(logits, f"{component}/scores")
+    p = t.cast(probs.view(b, a, s, s), v.itemsize)
     p = dropout(rp, p, m.attention_dropout, f"{component}/dropout")
     o = t.matmul(p, v, (b, a, s, d), f"{component}/pv")
     return t.new((b, s, a * d), o.itemsize, o.requires_grad)  # transpose(1, 2).contiguous()

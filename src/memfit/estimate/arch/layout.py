@@ -33,7 +33,8 @@ PositionKind = Literal["rotary", "learned"]
 QkNorm = Literal["none", "head", "full"]
 SoftmaxDtype = Literal["fp32", "input"]
 SlidingLayers = Literal["none", "all", "alternate", "after_max_window_layers"]
-RouterKind = Literal["softmax_topk_renorm"]
+RouterKind = Literal["softmax_topk_renorm", "topk_softmax"]
+ExpertGate = Literal["swiglu", "clamped_swiglu"]
 LayerType = Literal["full", "sliding"]
 NormWeight = Literal["after_cast", "before_cast", "one_plus_before_cast"]
 
@@ -53,11 +54,21 @@ class MoeLayout:
     weight the expert outputs (Qwen3-MoE's ``router_top_value.to(router_logits.dtype)``; Mixtral keeps them
     fp32). Whether the k weights are divided by their sum is a config fact (``ConfigKeys.router_renorm``:
     Qwen3-MoE's ``norm_topk_prob``; Mixtral always).
+
+    GPT-OSS (``transformers/models/gpt_oss``): ``router="topk_softmax"`` (top-k of the logits, then a softmax
+    over the k in the logits' dtype: the k indices and the k probabilities are saved, no (T, E) softmax); ``bias``:
+    the router and both expert parameters have biases ((E,), (E, 2i), (E, h); the experts' stored transposed,
+    (E, h, 2i) and (E, i, h), which changes no count); ``gate="clamped_swiglu"``: ``gate.clamp(max=l)``,
+    ``up.clamp(-l, l)``, ``(up + 1) * gate * sigmoid(alpha * gate)`` on the interleaved halves, which keeps per
+    routed row the gate_up output (2i, both clamps' input) and four (i) tensors (clamped gate, sigmoid, up + 1,
+    the glu) where SwiGLU keeps one.
     """
 
     router: RouterKind = "softmax_topk_renorm"
     grouped_mm_precisions: tuple[str, ...] = ("bf16",)
     weights_in_logits_dtype: bool = False
+    bias: bool = False
+    gate: ExpertGate = "swiglu"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,6 +113,11 @@ class BlockLayout:
       heads torch runs the composite math path (fp32, O(s^2)).
     - ``bias_add_promotes``: the block linears add their bias after the matmul (Falcon's ``FalconLinear``:
       ``x @ W.T + b``), so under autocast the compute-dtype product plus the fp32 bias is an fp32 tensor.
+    - ``rotary_half_tables``: cos and sin are (1, s, d/2) (GPT-OSS's ``_apply_rotary_emb`` rotates the two halves
+      of q and k by the same table: no ``cat((freqs, freqs))``).
+    - ``attention_sinks``: a learned logit per head joins every row of the scores (GPT-OSS's ``sinks``, (a,)):
+      eager concatenates it as a column, (b, a, s, s + 1), subtracts the row max (its indices are saved, int64)
+      and runs the softmax in the scores' dtype (fp32 under autocast, where the fp32 mask is added first).
     - ``sliding_layers``: which layers attend through the sliding window when the config sets one: ``all``
       (Mistral), ``alternate`` (Gemma 2: even layers sliding, odd full), ``after_max_window_layers`` (Qwen2:
       layers from ``max_window_layers`` on), ``none``. A config's own ``layer_types`` list wins.
@@ -133,3 +149,5 @@ class BlockLayout:
     parallel_dropout_on_sum: bool = False
     sdpa_direct: bool = False
     bias_add_promotes: bool = False
+    rotary_half_tables: bool = False
+    attention_sinks: bool = False

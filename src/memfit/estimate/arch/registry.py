@@ -27,8 +27,10 @@ gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + `
 qwen3_moe      registered: Qwen3's attention + ``MoeLayout(weights_in_logits_dtype=True)``, *router_renorm* (a key:
                ``norm_topk_prob``); dense layers (``mlp_only_layers``, ``decoder_sparse_step``) refused
                (``not_modelled``: one block kind per model; a per-layer MLP kind, replayed once per kind, is next)
-gpt_oss        ``MoeLayout`` with *router bias, expert biases, transposed gate_up (E, h, 2i), clamped SwiGLU*;
-               *attention sinks* (a (a,) parameter, a concatenated column in eager); ``sliding_layers``
+gpt_oss        registered: ``norm_weight="before_cast"``, ``sliding_layers`` from ``layer_types``; *attention_sinks*
+               (a (a,) parameter: ``ModelShape.block_params``; a concatenated column in eager),
+               *rotary_half_tables*; ``MoeLayout(router="topk_softmax", bias=True, gate="clamped_swiglu")``;
+               *all_linear_moe=False* (PEFT's all-linear leaves its experts alone)
 deepseek_v3    *attention="mla"* (q_a/q_b, kv_a/kv_b projections and their norms), ``MoeLayout`` with *shared
                experts* and *dense-first layers* (``first_k_dense_replace``)
 =============  ============================================================================================
@@ -252,6 +254,31 @@ QWEN3_MOE = Architecture(
     names=ModuleNames(block=BlockNames(extras=("mlp.experts.act_fn",))), lora_targets=None,
 )
 
+_GPT_OSS_BIAS = Flag(("attention_bias",), True)
+# gpt-oss-20b's block (transformers/models/gpt_oss): Llama's attention with biases, attention sinks and one rope
+# table per half of d, sliding (128) and full layers alternating; RMSNorm's weight applied before the cast; a
+# sparse MoE with a biased router whose softmax runs over the top-k logits, biased experts stored transposed and a
+# clamped SwiGLU. The published checkpoint stores the experts in MXFP4: memfit models the base as transformers
+# trains it, dequantised to bf16 (``Mxfp4Config(dequantize=True)``), every weight 2 B; it does not model MXFP4.
+GPT_OSS = Architecture(
+    model_type="gpt_oss", source=_SOURCE.format("gpt_oss"),
+    layout=BlockLayout(norm_weight="before_cast", rotary_half_tables=True, attention_sinks=True,
+                       moe=MoeLayout(router="topk_softmax", weights_in_logits_dtype=True, bias=True,
+                                     gate="clamped_swiglu"),
+                       sliding_layers="alternate"),
+    keys=ConfigKeys(kv_heads_default=8, head_dim_default=64,
+                    positions=Size("positions", ("max_position_embeddings",), 131072),
+                    intermediate=Size("intermediate size", ("intermediate_size",), 2880),
+                    norm_eps=Real(("rms_norm_eps",), 1e-5), qkv_bias=_GPT_OSS_BIAS, o_bias=_GPT_OSS_BIAS,
+                    sliding_window=Window(("sliding_window",), 128), layer_types=("layer_types",),
+                    experts=Size("experts", ("num_local_experts",), 128),
+                    experts_per_token=Size("experts per token", ("num_experts_per_tok",), 4)),
+    names=ModuleNames(block=BlockNames(router="mlp.router", extras=())), lora_targets=None,
+    attention_kernels=("eager", "flash"),
+    kernel_note="its attention sinks have no sdpa path: GptOssPreTrainedModel._supports_sdpa is False",
+    all_linear_moe=False,
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
     LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL)}
-REGISTRY.update((a.model_type, a) for a in (FALCON, QWEN3_MOE))
+REGISTRY.update((a.model_type, a) for a in (FALCON, QWEN3_MOE, GPT_OSS))
