@@ -34,6 +34,15 @@ SCENARIOS = [
     # issue 13: a 262k vocabulary (the logits) and a 12B bf16 base (21.9 GiB of weights) on a 24 GiB card
     ("Gemma-3-12B LoRA r16 q,v, b4 s2048, 24GiB", "gemma-3-12b",
      RunSpec(method="lora", rank=16, batch=4, seq=2048), "24GiB"),
+    # issue 13 (second half)
+    ("Falcon-7B LoRA r16 query_key_value, b8 s2048, 24GiB", "falcon-7b",
+     RunSpec(method="lora", rank=16, batch=8, seq=2048), "24GiB"),
+    ("Qwen3-30B-A3B LoRA r16 attention, b4 s4096, A100-80GB", "qwen3-30b-a3b",
+     RunSpec(method="lora", rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), batch=4, seq=4096),
+     "A100-80GB"),
+    ("gpt-oss-20b LoRA r16 attention, b4 s4096, A100-80GB (experts dequantised to bf16)", "gpt-oss-20b",
+     RunSpec(method="lora", rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), batch=4, seq=4096,
+             attention="eager"), "A100-80GB"),
 ]
 
 
@@ -49,7 +58,7 @@ def run() -> list[str]:
             times.append(time.perf_counter() - t)
         t = time.perf_counter()  # the cost of a truly exhaustive pass: every candidate's per-GPU peak
         cache = PeakCache(shape)
-        for setup in candidates(Setup(spec=spec), data=None):
+        for setup in candidates(Setup(spec=spec), data=None, kernels=shape.arch.attention_kernels):
             cache.peak(setup.spec)
         full_pass = time.perf_counter() - t
         steps = " -> ".join(s.action for s in report.steps) or "-"

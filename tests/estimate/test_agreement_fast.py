@@ -41,6 +41,19 @@ OPT_PROJECTED = {**OPT, "word_embed_proj_dim": 32}
 
 # Phi (issue 13) with its q/k LayerNorms switched on and every dropout it has (attention, residual, embedding)
 PHI_QK = _config("phi", intermediate=256, qk_layernorm=True, resid_pdrop=0.1, embd_pdrop=0.1, attention_dropout=0.1)
+# Falcon-7B's block (multi-query, parallel: CPU sdpa takes torch's math path) and its serial multi-head variant with
+# biases (FalconLinear adds them after the matmul: fp32 outputs under autocast) and both of its dropouts
+FALCON = _config("falcon", intermediate=256)
+FALCON_SERIAL = {**FALCON, "multi_query": False, "parallel_attn": False, "bias": True, "hidden_dropout": 0.1,
+                 "attention_dropout": 0.1}
+
+# Qwen3-30B-A3B's block: qk-norm attention, 4 experts renormalised (norm_topk_prob) and cast back to bf16
+QWEN3_MOE = _config("qwen3_moe", kv_heads=2, intermediate=128, vocab=300, head_dim=16, num_experts=4,
+                    num_experts_per_tok=2, norm_topk_prob=True)
+
+# gpt-oss-20b's block: attention sinks (eager only), biased experts with a clamped SwiGLU, top-k-then-softmax router
+GPT_OSS = _config("gpt_oss", kv_heads=2, intermediate=128, vocab=300, head_dim=16, num_local_experts=4,
+                  num_experts_per_tok=2)
 
 # GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
 # embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
@@ -61,6 +74,14 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
     # the estimate missed project_in's and project_out's saved inputs (saved bytes -6.4%)
     ("opt projected full fp32 sdpa", OPT_PROJECTED, RunSpec(method="full", precision="fp32", attention="sdpa")),
     ("phi qk-layernorm full fp32 eager dropout", PHI_QK, RunSpec(method="full", precision="fp32", attention="eager")),
+    ("falcon full bf16 sdpa", FALCON, RunSpec(method="full", precision="bf16", attention="sdpa")),
+    ("falcon serial lora all-linear mixed dropout", FALCON_SERIAL,
+     RunSpec(method="lora", precision="mixed-bf16", attention="sdpa", targets=("all-linear",))),
+    # the eager expert loop under autocast keeps one bf16 weight copy per expert (saved bytes were -37%)
+    ("qwen3_moe lora q,v mixed eager", QWEN3_MOE, RunSpec(method="lora", precision="mixed-bf16", attention="eager",
+                                                         targets=("q_proj", "v_proj"))),
+    ("gpt_oss lora q,v mixed eager", GPT_OSS, RunSpec(method="lora", precision="mixed-bf16", attention="eager",
+                                                     targets=("q_proj", "v_proj"))),
 ]
 
 
@@ -87,8 +108,7 @@ def test_every_registered_architecture_matches_a_real_step(model_type: str) -> N
     torch.set_num_threads(1)
     arch = REGISTRY[model_type]
     extra: dict[str, Any] = {"head_dim": 16} if arch.keys.kv_heads else {}
-    if arch.layout.moe is not None:
-        extra.update(num_local_experts=4, num_experts_per_tok=2)
+    extra.update(arch.keys.moe_sizes(4, 2))
     config = _config(model_type, kv_heads=2, intermediate=128, vocab=300, pad_token_id=0, **extra)
     targets = arch.lora_targets or tuple(arch.lora_hint.split(","))  # named, as memfit.measure passes them
     spec = arch.runnable_spec(RunSpec(method="lora", precision="fp32", attention="sdpa", batch=1, seq=32,

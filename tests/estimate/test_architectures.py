@@ -25,7 +25,7 @@ def tiny(model_type: str, **extra: Any) -> dict[str, Any]:
     """A 2-layer config of a registered architecture under its own keys (4 experts for MoE layouts; token id 0
     for padding: some classes default pad_token_id beyond a tiny vocabulary)."""
     arch = REGISTRY[model_type]
-    moe = {"num_local_experts": 4, "num_experts_per_tok": 2} if arch.layout.moe is not None else {}
+    moe = arch.keys.moe_sizes(4, 2)
     sizes = arch.keys.write(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=300, positions=256)
     return {"model_type": model_type, **sizes, "pad_token_id": 0, **moe, **extra}
 
@@ -61,9 +61,10 @@ def check_parameters(config: dict[str, Any]) -> None:
     assert count_params(shape).total == sum(params.values())
     for i in range(shape.n_layers):
         prefix = f"{shape.arch.names.model.layers}.{i}."
-        for module in shape.linears() + shape.norms():
+        for module in shape.linears() + shape.norms() + shape.block_params():
             path = prefix + module.path
-            hf = sum(n for k, n in params.items() if k == path or k.startswith(path + "."))
+            # a fused expert parameter's bias is its sibling ``<name>_bias`` (GPT-OSS's gate_up_proj_bias)
+            hf = sum(n for k, n in params.items() if k in (path, path + "_bias") or k.startswith(path + "."))
             assert module.numel == hf, (config["model_type"], module.path)
 
 
@@ -99,12 +100,14 @@ def check_config_defaults(arch: Architecture) -> None:
             continue
         assert getattr(cls, key.names[0]) == key.default, (arch.model_type, key.names[0])
         checked += 1
-    for dropout in (k.attention_dropout, k.residual_dropout, k.embedding_dropout):
-        if dropout.name:
+    for dropout in (k.attention_dropout, k.residual_dropout, k.embedding_dropout, k.attn_residual_dropout):
+        if dropout is not None and dropout.name:
             assert getattr(cls, dropout.name) == dropout.default, (arch.model_type, dropout.name)
     if k.kv_heads:
         assert getattr(cls, k.kv_heads[0]) == k.kv_heads_default
         assert getattr(cls, "head_dim", None) == k.head_dim_default
+    if k.multi_query.names:
+        assert getattr(cls, k.multi_query.names[0]) == k.multi_query.default
     if k.rotary_fraction.names:  # transformers 5 keeps it in rope_parameters (GPT-NeoX: from rotary_pct)
         rope = _hf_config(tiny(arch.model_type)).rope_parameters or {}
         assert rope.get("partial_rotary_factor", 1.0) == k.rotary_fraction.default
@@ -253,3 +256,45 @@ def test_olmo2_is_a_flag_combination_checked_against_real_steps() -> None:
         est = estimate_memory(ModelShape.from_hf_config(config), spec)
         assert est.peak_bytes == pytest.approx(measured.peak_bytes, rel=0.02)
         assert est.activation_bytes == pytest.approx(measured.saved_bytes, rel=0.02)
+
+
+# ---- issue 13 (second half): what the registry-wide checks above do not flip ---------------------------------
+
+def test_falcon_variants_count_as_transformers_builds_them() -> None:
+    """Falcon's config switches the registry-wide ``flipped`` config leaves alone: multi_query off (as many
+    key/value heads as heads: query_key_value is 3h wide, not h + 2d) with a serial block (its own
+    post_attention_layernorm) and biases; the parameters and module names equal the meta model's."""
+    config = tiny("falcon", multi_query=False, parallel_attn=False, bias=True)
+    shape = ModelShape.from_hf_config(config)
+    assert (shape.n_kv_heads, shape.linears()[0].out_features) == (4, 3 * 64)
+    check_parameters(config)
+    check_module_names(config)
+    check_lora(config, ("all-linear",))
+
+
+def test_falcon_40b_decoder_and_alibi_are_refused_by_the_estimate_only() -> None:
+    """new_decoder_architecture (Falcon-40B: grouped kv heads, ln_attn / ln_mlp) and alibi are not modelled: the
+    estimate says so and names trace / measure; the shared config boundary lets trace and measure run them."""
+    from memfit.errors import MemfitError
+    from memfit.estimate.shape import validate_config
+
+    for key in ("new_decoder_architecture", "alibi"):
+        config = tiny("falcon", **{key: True})
+        with pytest.raises(MemfitError, match=f"{key}: true selects .*memfit trace"):
+            ModelShape.from_hf_config(config)
+        validate_config(config)
+
+
+def test_qwen3_moe_dense_layers_are_refused_by_the_estimate_only() -> None:
+    """mlp_only_layers / decoder_sparse_step > 1 put dense MLPs (intermediate_size) among the MoE layers: the
+    estimate models one block kind and refuses them, naming trace / measure (which run them); the published
+    configs (mlp_only_layers [], decoder_sparse_step 1) are modelled, and their counts equal transformers'."""
+    from memfit.errors import MemfitError
+    from memfit.estimate.shape import validate_config
+
+    check_parameters(tiny("qwen3_moe", mlp_only_layers=[], decoder_sparse_step=1, norm_topk_prob=True))
+    for extra in ({"mlp_only_layers": [0]}, {"decoder_sparse_step": 2}):
+        config = tiny("qwen3_moe", **extra)
+        with pytest.raises(MemfitError, match="selects dense MLP layers among the MoE ones.*memfit trace"):
+            ModelShape.from_hf_config(config)
+        validate_config(config)

@@ -76,6 +76,9 @@ MODULE_TREES += [("opt-projected", tiny_config("opt", layers=2, ffn_dim=128, wor
                  ("opt-post-norm", tiny_config("opt", layers=2, ffn_dim=128, do_layer_norm_before=False)),
                  ("gemma", tiny_config("gemma", layers=2, head_dim=16))]
 MODULE_TREES += [(n, _two_layers(n)) for n in ("olmo-2-7b", "phi-2", "granite-3.3-8b", "gemma-3-1b")]  # issue 13
+MODULE_TREES += [(n, _two_layers(n)) for n in ("falcon-7b", "qwen3-30b-a3b")]
+MODULE_TREES += [("gpt-oss-20b", {**_two_layers("gpt-oss-20b"),
+                                  "layer_types": ["sliding_attention", "full_attention"]})]
 
 
 @pytest.mark.parametrize(("name", "config"), MODULE_TREES, ids=[n for n, _ in MODULE_TREES])

@@ -65,7 +65,9 @@ def test_equals_transformers_on_meta_device(meta_counts, name: str) -> None:
     for kind in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "down_proj", "c_attn", "fc1",
                  "query_key_value", "qkv_proj", "gate_up_proj"):
         if kind in c.by_kind:
-            hf = sum(n for k, n in by_name.items() if f".{kind}." in k or k.endswith(f".{kind}"))
+            # a fused expert parameter's bias is its sibling <kind>_bias (GPT-OSS's down_proj_bias)
+            hf = sum(n for k, n in by_name.items()
+                     if f".{kind}." in k or k.endswith(f".{kind}") or k.endswith(f".{kind}_bias"))
             assert c.by_kind[kind] == hf, (name, kind)
 
 

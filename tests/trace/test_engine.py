@@ -22,8 +22,7 @@ VOCAB = 300  # not a multiple of anything in the configs, so no activation is mi
 def config(arch: str, **extra: object) -> dict[str, object]:
     """A tiny config of a registered architecture: 4 experts for MoE layouts; token id 0 for padding (Phi-3's
     default pad_token_id, 32000, is outside the tiny vocabulary)."""
-    if REGISTRY[arch].layout.moe is not None:
-        extra = {"num_local_experts": 4, "num_experts_per_tok": 2, **extra}
+    extra = {**REGISTRY[arch].keys.moe_sizes(4, 2), **extra}
     return tiny_config(arch, layers=2, hidden=64, heads=4, kv_heads=2, vocab=VOCAB, pad_token_id=0, **extra)
 
 
@@ -300,3 +299,27 @@ def test_cuda_trace_keeps_dropout_masks_as_bool() -> None:
     est = estimate_memory(ModelShape.from_hf_config(cfg), spec.with_(device="cuda")).activations.by_component
     assert est["residual/dropout"] == cuda["transformer.h.1.attn.resid_dropout"] + cuda["transformer.h.1.mlp.dropout"]
     assert est["lora/dropout"] == cuda["transformer.h.1.attn.c_attn.lora_dropout.default"]
+
+
+def test_cuda_sdpa_with_fewer_kv_heads_and_no_gqa_runs_the_math_path() -> None:
+    """Falcon calls sdpa itself with its one key/value head and no enable_gqa: CUDA's flash and memory-efficient
+    kernels both refuse differing head counts (torch's ``check_batch_size_and_num_heads_dense``), so the math
+    composite runs, as on the CPU, where a real step keeps its O(s^2) fp32 probabilities (the estimate's model).
+    The trace picked flash (no mask) or efficient (a mask) there: falcon-7b LoRA bf16 b1 s1024 traced 16.2 GiB
+    against the estimate's 25.0 GiB."""
+    q = torch.empty(1, 4, 8, 16, dtype=torch.bfloat16)
+    kv = torch.empty(1, 1, 8, 16, dtype=torch.bfloat16)
+    mask = torch.ones(1, 1, 8, 8, dtype=torch.bool)
+    assert cuda_backend(q, kv, kv, None, enable_gqa=False) == "math"
+    assert cuda_backend(q, kv, kv, mask, enable_gqa=False) == "math"
+    assert cuda_backend(q, kv, kv, None, enable_gqa=True) == "flash"
+    assert cuda_backend(q, q, q, mask, enable_gqa=False) == "efficient"
+
+
+def test_falcon_on_cuda_traces_what_the_estimate_predicts() -> None:
+    from memfit.estimate import ModelShape, estimate_memory
+
+    cfg = config("falcon")
+    spec = RunSpec(method="lora", precision="bf16", batch=2, seq=64, attention="sdpa", device="cuda")
+    est = estimate_memory(ModelShape.from_hf_config(cfg), spec).peak_bytes
+    assert trace_step(cfg, spec).peak_bytes == pytest.approx(est, rel=0.01)

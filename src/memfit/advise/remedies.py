@@ -147,6 +147,8 @@ def _longest_example_effect(before: Setup, after: Setup, ctx: Context) -> Effect
 def _attention(cur: Setup, ctx: Context) -> Options:
     if cur.spec.attention != "eager":
         return NotApplicable(reason="already", facts={"value": cur.spec.attention})
+    if "sdpa" not in ctx.shape.arch.attention_kernels:  # Gemma 2, GPT-OSS: eager (or flash) only
+        return NotApplicable(reason="no_kernel", facts={"value": "sdpa", "model_type": ctx.shape.model_type})
     return (cur.with_(attention="sdpa"),)
 
 

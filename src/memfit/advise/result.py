@@ -19,6 +19,7 @@ from memfit.estimate.gpus import GpuSpec
 SkipReason = Literal[
     "needs_data",  # the remedy needs --data and --tokenizer
     "already",  # the knob is already where the remedy would turn it (facts: value)
+    "no_kernel",  # transformers has no such path for the architecture (facts: value, model_type)
     "longest_reaches_seq",  # the longest example reaches the sequence (facts: longest, seq)
     "micro_batch_one",  # the micro-batch is already 1
     "one_gpu",  # sharding needs --gpus N > 1

@@ -30,9 +30,12 @@ from memfit.estimate.spec import Checkpointing
 CHECKPOINT_OPTIONS: tuple[tuple[Checkpointing, int], ...] = (("none", 2), ("full", 2), ("every-k", 2), ("sqrt", 2))
 
 
-def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[int, ...] = ()) -> Iterator[Setup]:
+def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[int, ...] = (),
+               kernels: tuple[str, ...] | None = None) -> Iterator[Setup]:
     """Every combination of the knobs the advisor may turn (module docstring); ``extra_seqs`` adds sequence
-    lengths to the grid (the ordered plan's, so the search can always match the ordered plan)."""
+    lengths to the grid (the ordered plan's, so the search can always match the ordered plan); ``kernels``: the
+    attention kernels the architecture has (``Architecture.attention_kernels``; Gemma 2 and GPT-OSS have no
+    sdpa), None for all."""
     s0 = initial.spec
     ckpts = list(dict.fromkeys([(s0.checkpointing, s0.checkpoint_every), *CHECKPOINT_OPTIONS]))
     seqs = [s0.seq]
@@ -43,7 +46,8 @@ def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[in
     seqs = sorted({L for L in [*seqs, *extra_seqs] if L <= s0.seq}, reverse=True)
     methods = [s0.method] + {"full": ["lora", "qlora"], "lora": ["qlora"], "qlora": []}[s0.method]
     ranks = [s0.rank] + (halved_ranks(s0.rank) if s0.is_adapter else [])  # a full run made LoRA keeps its rank
-    attentions = list(dict.fromkeys([s0.attention, "sdpa"] + (["flash"] if s0.device == "cuda" else [])))
+    attentions = [a for a in dict.fromkeys([s0.attention, "sdpa"] + (["flash"] if s0.device == "cuda" else []))
+                  if kernels is None or a == s0.attention or a in kernels]
     losses = list(dict.fromkeys([s0.loss, "chunked"]))
     shardings = list(SHARDINGS) if s0.gpus > 1 else [s0.sharding]
     packings = [False, True] if data is not None else [initial.packing]
@@ -62,10 +66,11 @@ def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[in
             yield Setup(spec=spec, packing=packing)
 
 
-def minimal_setups(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[int, ...] = ()) -> list[Setup]:
+def minimal_setups(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[int, ...] = (),
+                   kernels: tuple[str, ...] | None = None) -> list[Setup]:
     """The few least-memory candidates: if none of them fits, nothing does."""
     s0 = initial.spec
-    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs))
+    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels))
     min_seq = min(c.spec.seq for c in cands)
     min_rank = min(c.spec.rank for c in cands)
     most = {"qlora": 0, "lora": 1, "full": 2}
@@ -81,7 +86,8 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
                  data: DataProfile | None, progress: Callable[[int, int], None] | None = None,
                  extra_seqs: tuple[int, ...] = ()) -> CheapestFit:
     """The cheapest fitting configuration: candidates sorted by cost, estimated in that order."""
-    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs))
+    kernels = cache.shape.arch.attention_kernels
+    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels))
     costed = sorted(((setup_cost(initial, c, time_model=time_model, data=data), c) for c in cands),
                     key=lambda pair: pair[0].key())
     n = len(costed)
@@ -89,7 +95,7 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
     def fits(setup: Setup) -> bool:
         return target.fits(cache.peak(setup.spec), setup.spec.device)
 
-    if not any(fits(m) for m in minimal_setups(initial, data=data, extra_seqs=extra_seqs)):
+    if not any(fits(m) for m in minimal_setups(initial, data=data, extra_seqs=extra_seqs, kernels=kernels)):
         return CheapestFit(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=cache.estimates)
     best: tuple[tuple[int, int, int], int, Setup, Cost] | None = None
     best_key = None

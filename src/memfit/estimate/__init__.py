@@ -10,6 +10,7 @@ from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
 from memfit.estimate.arch import REGISTRY, Architecture, BlockLayout
+from memfit.estimate.block_parts import Linear, Norm
 from memfit.estimate.budget import MemoryEstimate, estimate_memory
 from memfit.estimate.catalogue import CatalogueEntry, catalogue, lookup, resolve_config, resolve_model
 from memfit.estimate.category import Category
@@ -20,7 +21,7 @@ from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu, smallest_fitti
 from memfit.estimate.lora import adapted_linears, lora_trainable_params
 from memfit.estimate.moments import Moment
 from memfit.estimate.params import ParamCount, count_params
-from memfit.estimate.shape import Linear, ModelShape, Norm, validate_config
+from memfit.estimate.shape import ModelShape, validate_config
 from memfit.estimate.spec import RunSpec, parse_targets
 from memfit.estimate.states import ModelStates, model_states
 

@@ -46,7 +46,8 @@ from typing import Literal
 
 from memfit.errors import MemfitError
 from memfit.estimate.arch import REGISTRY
-from memfit.estimate.shape import Linear, LinearRole, ModelShape
+from memfit.estimate.block_parts import Linear, LinearRole
+from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import ALL_LINEAR, RunSpec
 
 _TOP_MODULES = ("embed_tokens", "lm_head")
@@ -88,7 +89,7 @@ def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
     targets = lora_targets(shape, spec)
     lins = block_linears(shape)
     if targets == (ALL_LINEAR,):
-        return lins
+        return lins if shape.arch.all_linear_moe else tuple(lin for lin in lins if lin.is_nn_linear)
     chosen = []
     matched: set[str] = set()
     for lin in lins:

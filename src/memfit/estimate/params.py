@@ -67,6 +67,10 @@ def count_params(shape: ModelShape) -> ParamCount:
     for norm in shape.norms():
         by_kind[kinds[norm.path]] = by_kind.get(kinds[norm.path], 0) + norm.numel * shape.n_layers
         per_layer += norm.numel
+    for param in shape.block_params():  # GPT-OSS's attention sinks
+        name = param.path.rsplit(".", 1)[-1]
+        by_kind[name] = by_kind.get(name, 0) + param.numel * shape.n_layers
+        per_layer += param.numel
 
     embed = shape.vocab * shape.embed_dim
     by_kind["embed_tokens"] = embed

@@ -28,18 +28,16 @@ there are. :func:`~memfit.estimate.config_file.read_config_file` reads a ``confi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from memfit.errors import MemfitError
 from memfit.estimate.arch import REGISTRY, Architecture, BlockLayout, ConfigKeys, ConfigReader, LayerType, MissingKey
-from memfit.estimate.arch.keys import check_int, first_key
+from memfit.estimate.arch.keys import NotModelled, check_int, first_key
+from memfit.estimate.block_parts import BlockParam, Linear, Norm
 from memfit.estimate.config_file import read_config_file
-
-LinearRole = Literal["q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down", "router", "experts_gate_up",
-                     "experts_down"]
-NormRole = Literal["pre_attn", "q", "k", "post_attn", "pre_mlp", "post_mlp"]
 
 _MAX_TEXT_CONFIG_DEPTH = 4  # multimodal configs nest the language model's config once (text_config)
 
@@ -53,49 +51,8 @@ def _dropout_fields() -> dict[str, dict[str, tuple[str, float]]]:
 DROPOUT_FIELDS: dict[str, dict[str, tuple[str, float]]] = _dropout_fields()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Linear:
-    """One linear layer inside a decoder block, named by its path in the HF module tree.
-
-    ``path`` is relative to the block (``"self_attn.q_proj"``); PEFT matches a target name
-    against the last component (``"q_proj"``). ``role`` is what it computes, whatever the architecture calls
-    it. ``experts`` > 1 means one weight per expert stored as a fused 3-D parameter (transformers 5 MoE),
-    which PEFT's ``all-linear`` reaches through ``ParamWrapper``.
-    """
-
-    path: str
-    role: LinearRole
-    in_features: int
-    out_features: int
-    bias: bool = False
-    experts: int = 1
-    is_nn_linear: bool = True
-
-    @property
-    def name(self) -> str:
-        return self.path.rsplit(".", 1)[-1]
-
-    @property
-    def weight_numel(self) -> int:
-        return self.in_features * self.out_features * self.experts
-
-    @property
-    def numel(self) -> int:
-        return self.weight_numel + (self.out_features * self.experts if self.bias else 0)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Norm:
-    """A normalisation layer with a weight of ``size`` (and a bias for LayerNorm with bias)."""
-
-    path: str
-    role: NormRole
-    size: int
-    bias: bool
-
-    @property
-    def numel(self) -> int:
-        return self.size * (2 if self.bias else 1)
+# ModelShape fields that only some architectures have, and the value to_dict leaves them out at
+_SHOWN_WHEN_SET = {"attn_residual_dropout": None, "multi_query": False, "router_renorm": True}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,6 +97,9 @@ class ModelShape:
     residual_dropout: float = 0.0
     embedding_dropout: float = 0.0
     qk_norm_enabled: bool = True
+    attn_residual_dropout: float | None = None  # the attention output's own dropout (Falcon's serial block)
+    multi_query: bool = False  # Falcon's multi_query: one key/value head, indexed out of the fused qkv
+    router_renorm: bool = True  # MoE: the top-k weights divided by their sum (Qwen3-MoE's norm_topk_prob)
 
     # ---- derived structure -------------------------------------------------------------
     @property
@@ -170,6 +130,17 @@ class ModelShape:
         return self.n_experts > 0
 
     @property
+    def has_pre_mlp_norm(self) -> bool:
+        """Whether the block has a norm before its MLP (Falcon's only with a serial residual)."""
+        lay = self.layout
+        return lay.pre_mlp_norm and not (lay.pre_mlp_norm_serial_only and self.parallel_residual)
+
+    @property
+    def attn_output_dropout(self) -> float:
+        """The dropout probability on the attention output before its residual add."""
+        return self.residual_dropout if self.attn_residual_dropout is None else self.attn_residual_dropout
+
+    @property
     def embed_dim(self) -> int:
         """Width of the token embedding (OPT's ``word_embed_proj_dim`` may differ from h)."""
         return self.embed_proj_dim or self.hidden
@@ -190,11 +161,12 @@ class ModelShape:
         n, h, i, b = self.arch.names.block, self.hidden, self.intermediate, self.mlp_bias
         if self.layout.moe is not None:
             e = self.n_experts
-            return (Linear(path=n.router, role="router", in_features=h, out_features=e, is_nn_linear=False),
+            bias = self.layout.moe.bias  # GPT-OSS: the router and both expert parameters
+            return (Linear(path=n.router, role="router", in_features=h, out_features=e, bias=bias, is_nn_linear=False),
                     Linear(path=n.experts_gate_up, role="experts_gate_up", in_features=h, out_features=2 * i,
-                           experts=e, is_nn_linear=False),
+                           bias=bias, experts=e, is_nn_linear=False),
                     Linear(path=n.experts_down, role="experts_down", in_features=i, out_features=h, experts=e,
-                           is_nn_linear=False))
+                           bias=bias, is_nn_linear=False))
         down = Linear(path=n.down, role="down", in_features=i, out_features=h, bias=b)
         if self.layout.mlp == "plain":
             return (Linear(path=n.up, role="up", in_features=h, out_features=i, bias=b), down)
@@ -215,14 +187,21 @@ class ModelShape:
                     Norm(path=n.k_norm, role="k", size=self.head_dim if head else self.kv_dim, bias=b)]
         if lay.post_attn_norm:
             out.append(Norm(path=n.post_attn_norm, role="post_attn", size=h, bias=b))
-        if lay.pre_mlp_norm:
+        if self.has_pre_mlp_norm:
             out.append(Norm(path=n.pre_mlp_norm, role="pre_mlp", size=h, bias=b))
         if lay.post_mlp_norm:
             out.append(Norm(path=n.post_mlp_norm, role="post_mlp", size=h, bias=b))
         return tuple(out)
 
+    def block_params(self) -> tuple[BlockParam, ...]:
+        """The block's other parameters: GPT-OSS's attention sinks, one logit per head (``self_attn.sinks``)."""
+        if self.layout.attention_sinks:
+            return (BlockParam(path=self.arch.names.block.sinks, size=self.n_heads),)
+        return ()
+
     def to_dict(self) -> dict[str, Any]:
-        out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "arch"}
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__
+               if f != "arch" and not (f in _SHOWN_WHEN_SET and getattr(self, f) == _SHOWN_WHEN_SET[f])}
         out["model_type"] = self.model_type
         out["layer_types"] = list(self.layer_types)
         return out
@@ -372,7 +351,9 @@ def _heads(r: ConfigReader, k: ConfigKeys, hidden: int, n_heads: int) -> tuple[i
         raise MemfitError(f"{hidden_key} {hidden} is not divisible by {heads_key} {n_heads}: transformers' "
                           f"{model_type} splits the hidden size evenly across the heads; set {heads_key} to a "
                           f"divisor of {hidden} ({_divisors(hidden)})")
-    if not k.kv_heads:  # multi-head attention; transformers ignores both keys
+    if k.multi_query.read(r):  # Falcon's multi_query: one key/value head, d = h / a
+        n_kv, head_dim = 1, hidden // n_heads
+    elif not k.kv_heads:  # multi-head attention; transformers ignores both keys
         n_kv, head_dim = n_heads, hidden // n_heads
     else:
         if k.kv_heads[0] in cfg:  # null: = heads, as the config classes' __post_init__ do
@@ -424,6 +405,11 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     cfg = _language_config(config)
     arch = _architecture(cfg)
     k, r, model_type = arch.keys, ConfigReader(cfg, arch.model_type), arch.model_type
+    for key, modelled, variant in k.not_modelled:
+        if r.get(key, default=modelled) != modelled:
+            raise NotModelled(f"{key}: {json.dumps(r.get(key))} selects {variant}, which memfit estimate does not "
+                              f"model for "
+                              f"{model_type}: run `memfit trace` or `memfit measure` (the real model code)")
     n_layers = r.need("layers", *k.layers)
     hidden = r.need("hidden size", *k.hidden)
     n_heads = r.need("attention heads", *k.heads)
@@ -432,6 +418,8 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     activation = k.activation.read(r)
     dropout = {"attention_dropout": k.attention_dropout.read(r), "residual_dropout": k.residual_dropout.read(r),
                "embedding_dropout": k.embedding_dropout.read(r)}
+    if k.attn_residual_dropout is not None:
+        dropout["attn_residual_dropout"] = k.attn_residual_dropout.read(r)
     intermediate = k.intermediate.read(r, hidden=hidden)
     proj = r.size("hidden size", *k.embed_proj_dim, default=hidden) if k.embed_proj_dim else hidden
     window = k.sliding_window.read(r) if k.sliding_enabled.read(r) else None
@@ -448,4 +436,5 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
         attn_softcap=k.attn_softcap.read(r), final_softcap=k.final_softcap.read(r), sliding_window=window,
         layer_types=_layer_types(r, arch, n_layers, window), n_experts=n_experts, experts_per_token=per_token,
         qk_norm_enabled=k.qk_norm_enabled.read(r),
+        multi_query=k.multi_query.read(r), router_renorm=k.router_renorm.read(r),
     )

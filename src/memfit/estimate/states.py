@@ -48,10 +48,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import FP32_BYTES
 from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, saved_modules
 from memfit.estimate.params import ParamCount, count_params
-from memfit.estimate.shape import Linear, ModelShape
+from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
 NF4_BLOCK = 64
@@ -164,6 +165,8 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
             per_layer_tensors.append((norm.size, w, 0))
             if norm.bias:
                 per_layer_tensors.append((norm.size, w, 0))
+        for param in shape.block_params():
+            per_layer_tensors.append((param.size, w, 0))
         embed = [(shape.vocab * shape.embed_dim, w, shape.vocab + shape.embed_dim)]
         if shape.layout.position == "learned":
             positions = pc.embeddings - shape.vocab * shape.embed_dim

@@ -98,6 +98,8 @@ def skip_reason(action: str, reason: str, facts: Mapping[str, Any]) -> str:
         return "needs --data and --tokenizer" + why
     if reason == "already":
         return f"already {facts['value']}"
+    if reason == "no_kernel":
+        return f"transformers has no {facts['value']} path for {facts['model_type']}"
     if reason == "longest_reaches_seq":
         return f"the longest example ({facts['longest']} tokens) reaches seq {facts['seq']}"
     if reason == "micro_batch_one":

@@ -90,6 +90,10 @@ def cuda_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: t
     d = q.shape[-1]
     same_dtype = q.dtype == k.dtype == v.dtype
     gqa = enable_gqa and q.shape[-3] != k.shape[-3]
+    if not enable_gqa and not q.shape[-3] == k.shape[-3] == v.shape[-3]:
+        # both fused kernels need equal head counts unless enable_gqa (sdp_utils
+        # check_batch_size_and_num_heads_dense): Falcon's multi-query k, v (b, 1, s, d) run the math composite
+        return "math"
     if (same_dtype and q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None
             and d % 8 == 0 and d <= FLASH_MAX_HEAD_DIM and v.shape[-1] == d):
         return "flash"

@@ -40,6 +40,10 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     ("phi-2", 320, 2),
     ("granite-3.3-8b", 256, 2),
     ("gemma-3-1b", 256, 6),  # 6 layers: five sliding and one full (sliding_window_pattern 6)
+    # issue 13 (second half)
+    ("falcon-7b", 256, 2),
+    ("qwen3-30b-a3b", 256, 2),
+    ("gpt-oss-20b", 256, 2),
 )
 
 
@@ -71,6 +75,9 @@ def scaled_config(name: str, hidden: int, layers: int) -> dict[str, Any]:
     if keys.kv_heads and ("head_dim" in cfg or shape.head_dim * shape.n_heads != shape.hidden):
         cfg["head_dim"] = head_dim
     cfg.update(dict.fromkeys(keys.scales_with_head_dim, head_dim))  # Gemma 2's query_pre_attn_scalar
+    for key in keys.layer_types:  # a per-layer list (GPT-OSS's layer_types): its first ``layers`` entries
+        if isinstance(cfg.get(key), list):
+            cfg[key] = cfg[key][:layers]
     return cfg
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from memfit.estimate.activations import moe, ops
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import SymTensor
+from memfit.estimate.block_parts import Linear, LinearRole
 from memfit.estimate.lora import block_linears_by_role
-from memfit.estimate.shape import Linear, LinearRole
 
 
 def block_forward(rp: Replay, x: SymTensor, rope: Rope | None) -> SymTensor:
@@ -21,17 +21,21 @@ def block_forward(rp: Replay, x: SymTensor, rope: Rope | None) -> SymTensor:
     lins = block_linears_by_role(m)
     a_in = ops.norm(rp, x, "norm") if lay.pre_attn_norm else x
     o = _attention(rp, a_in, lins, rope)
-    o = ops.dropout(rp, o, m.residual_dropout, "residual/dropout")  # e.g. GPT-2 attn.resid_dropout
+    on_sum = m.parallel_residual and lay.parallel_dropout_on_sum  # Falcon: one dropout on o + f
+    if not on_sum:
+        o = ops.dropout(rp, o, m.attn_output_dropout, "residual/dropout")  # e.g. GPT-2 attn.resid_dropout
     if lay.post_attn_norm:
         o = ops.norm(rp, o, "norm")
     if lay.scalar_multipliers:
         o = t.op((o,), t.new(o.shape, o.itemsize, o.requires_grad))  # * residual_multiplier (Granite)
     if m.parallel_residual:  # x + attn(norm(x)) + mlp(norm'(x))
-        m_in = ops.norm(rp, x, "norm") if lay.pre_mlp_norm else a_in
+        m_in = ops.norm(rp, x, "norm") if m.has_pre_mlp_norm else a_in
     else:
         x = t.add(x, o)
-        m_in = ops.norm(rp, x, "norm") if lay.pre_mlp_norm else x
+        m_in = ops.norm(rp, x, "norm") if m.has_pre_mlp_norm else x
     f = _mlp(rp, m_in, lins)
+    if on_sum:
+        return t.add(x, ops.dropout(rp, t.add(f, o), m.residual_dropout, "residual/dropout"))
     f = ops.dropout(rp, f, m.residual_dropout, "residual/dropout")  # e.g. GPT-2 mlp.dropout
     if lay.post_mlp_norm:
         f = ops.norm(rp, f, "norm")
@@ -48,6 +52,9 @@ def _projections(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> tu
     b, s = rp.batch, rp.seq
     if m.layout.fused_qkv:
         qkv = ops.linear(rp, x, lins["qkv"], "attention/qkv")  # (b, s, a*d + 2*k*d)
+        if m.multi_query and m.layout.multi_query_kv_copies:  # Falcon: k, v = fused_qkv[..., [-2], :] ... copies
+            return (qkv.view(b, s, m.q_dim),
+                    *(rp.tape.new((b, s, m.kv_dim), qkv.itemsize, qkv.requires_grad) for _ in range(2)))
         return qkv.view(b, s, m.q_dim), qkv.view(b, s, m.kv_dim), qkv.view(b, s, m.kv_dim)
     return (ops.linear(rp, x, lins["q"], "attention/q"), ops.linear(rp, x, lins["k"], "attention/k"),
             ops.linear(rp, x, lins["v"], "attention/v"))

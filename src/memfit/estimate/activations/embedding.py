@@ -57,7 +57,7 @@ def rotary_tables(rp: Replay) -> Rope | None:
     m = rp.model
     if m.layout.position != "rotary":
         return None
-    rotary_d = int(m.head_dim * m.rotary_fraction)
+    rotary_d = int(m.head_dim * m.rotary_fraction) // (2 if m.layout.rotary_half_tables else 1)
     t = rp.tape
     return (t.new((1, rp.seq, rotary_d), rp.float_itemsize, False),
             t.new((1, rp.seq, rotary_d), rp.float_itemsize, False))

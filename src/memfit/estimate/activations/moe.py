@@ -10,9 +10,9 @@ from __future__ import annotations
 from memfit.estimate.activations import ops
 from memfit.estimate.activations.ops import Replay
 from memfit.estimate.activations.tape import SymTensor
+from memfit.estimate.block_parts import Linear, LinearRole
 from memfit.estimate.constants import FP32_BYTES, INT64_BYTES
 from memfit.estimate.lora import lora_linear_params, lora_params_per_layer, lora_rank
-from memfit.estimate.shape import Linear, LinearRole
 
 
 def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTensor:
@@ -24,34 +24,91 @@ def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTens
     (Tk, h) -> (Tk, 2i), act(gate) * up, down -> (Tk, h), times the routing weights (Tk, 1).
     """
     t, m = rp.tape, rp.model
-    Tk, h, i = rp.batch * rp.seq * m.experts_per_token, m.hidden, m.intermediate
+    Tk, h = rp.batch * rp.seq * m.experts_per_token, m.hidden
     router = lins["router"]
     if router.path in rp.adapted:
         logits = _router_logits(rp, x, router)
     else:
         logits = ops.linear(rp, x, router, "moe/router")
-    probs = t.unary_saving_output(t.cast(logits, FP32_BYTES), "moe/router", FP32_BYTES)  # softmax(fp32)
+    moe_layout = m.layout.moe
+    if moe_layout is not None and moe_layout.router == "topk_softmax":
+        # GPT-OSS: topk of the logits (its indices), softmax over the k in the logits' dtype (its output)
+        if logits.requires_grad:
+            t.save(t.new((Tk,), INT64_BYTES, False), "moe/router")
+            t.save(t.new((Tk,), logits.itemsize, True), "moe/router")
+        probs = logits
+    else:
+        probs = t.unary_saving_output(t.cast(logits, FP32_BYTES), "moe/router", FP32_BYTES)  # softmax(fp32)
     top_index = t.new((Tk,), INT64_BYTES, False)
-    if probs.requires_grad:
+    if probs.requires_grad and probs is not logits:
         t.save(top_index, "moe/router")
-        top = t.new((Tk,), FP32_BYTES, True)
-        t.save(t.new((rp.batch * rp.seq, 1), FP32_BYTES, True), "moe/router")  # the sum the top-k divide by
-        t.save(top, "moe/router")
+        if m.router_renorm:  # top /= top.sum(-1, keepdim=True)
+            top = t.new((Tk,), FP32_BYTES, True)
+            t.save(t.new((rp.batch * rp.seq, 1), FP32_BYTES, True), "moe/router")  # the sum the top-k divide by
+            t.save(top, "moe/router")
+    weights = _routing_weights(rp, logits)
     for _ in range(2):  # sorted token ids, expert offsets
         t.save(t.new((Tk,), INT64_BYTES, False), "moe/dispatch")
     gate_up, down = lins["experts_gate_up"], lins["experts_down"]
     if gate_up.path in rp.adapted and down.path in rp.adapted:
-        return _adapted_experts(rp, x, gate_up, down)
+        return _adapted_experts(rp, x, gate_up, down, weights)
     gathered = t.new((Tk, h), x.itemsize, x.requires_grad)
     gu = ops.linear(rp, gathered, gate_up, "moe/gate_up")  # (Tk, 2i)
-    f = t.mul(ops.activation(rp, gu.view(Tk, i), "moe/act"), gu.view(Tk, i), "moe/mul")
+    _autocast_expert_copies(rp, gathered, gate_up, "moe/gate_up")
+    f = _gate(rp, gu)
+    _autocast_expert_copies(rp, f, down, "moe/down")
     f = ops.linear(rp, f, down, "moe/down")  # (Tk, h)
-    f = t.mul(f, t.new((Tk, 1), FP32_BYTES, True), "moe/weights")
+    f = t.mul(f, weights, "moe/weights")
     if _eager_loop(rp):
         _eager_index_add(rp, x)
     else:
         t.save(t.new((Tk,), INT64_BYTES, False), "moe/dispatch")
+        if moe_layout is not None and moe_layout.bias and rp.full:
+            # grouped path: gate_up_proj_bias[expert_ids_g] and down_proj_bias[...] index trained biases with the
+            # sorted expert ids (Tk,) int64, one storage, which the index backward keeps
+            t.save(t.new((Tk,), INT64_BYTES, False), "moe/dispatch")
     return t.new((rp.batch, rp.seq, h), x.itemsize, f.requires_grad)
+
+
+def _gate(rp: Replay, gu: SymTensor, *, pending: int = 0) -> SymTensor:
+    """The experts' gate on the gate_up output (Tk, 2i) -> (Tk, i) (``MoeLayout.gate``): SwiGLU ``act(gate) * up``
+    (gate and up views of gu: act saves gu's storage, the product act(gate)), or GPT-OSS's clamped SwiGLU, which
+    keeps gu (both clamps' input) and four (Tk, i) tensors: the clamped gate and the sigmoid (their product), up + 1
+    and the glu (the final product)."""
+    t, m = rp.tape, rp.model
+    Tk, i = gu.shape[0], m.intermediate
+    moe_layout = m.layout.moe
+    if moe_layout is None or moe_layout.gate == "swiglu":
+        g = ops.activation(rp, gu.view(Tk, i), "moe/act", pending=pending)
+        return t.mul(g, gu.view(Tk, i), "moe/mul", pending=pending)
+    if gu.requires_grad:
+        t.save(gu, "moe/act")  # gate.clamp(max=l), up.clamp(-l, l): each saves its input, a view of gu
+    gate = t.op((gu,), t.new((Tk, i), gu.itemsize, gu.requires_grad), pending=pending)
+    sig = t.unary_saving_output(t.new((Tk, i), gu.itemsize, gu.requires_grad), "moe/act", pending=pending)
+    glu = t.mul(gate, sig, "moe/act", pending=pending)
+    up1 = t.new((Tk, i), gu.itemsize, gu.requires_grad)  # up.clamp(...) + 1
+    return t.mul(up1, glu, "moe/mul", pending=pending)
+
+
+def _autocast_expert_copies(rp: Replay, rows: SymTensor, lin: Linear, component: str) -> None:
+    """Under autocast the eager loop's ``F.linear(rows, W[e])`` casts each expert's weight to the compute dtype
+    and saves that copy when the rows require grad: E copies of (out, in) over the loop, where
+    :func:`~memfit.estimate.activations.ops.linear` counted one; the other E - 1 here (every expert assumed to
+    receive rows). Worked (E=4, i=128, h=64, bf16): gate_up 3 x 2*128*64*2 = 98,304 B, down 3 x 128*64*2 =
+    49,152 B more per block: the -37% a tiny Mixtral / Qwen3-MoE LoRA mixed-bf16 step showed on saved bytes."""
+    t = rp.tape
+    if not (t.autocast and _eager_loop(rp) and rows.requires_grad and rp.spec.method != "qlora"):
+        return
+    for _ in range(lin.experts - 1):
+        t.save(t.new((lin.out_features, lin.in_features), t.compute_itemsize, rp.full), component + "/weight_copy")
+
+
+def _routing_weights(rp: Replay, logits: SymTensor) -> SymTensor:
+    """The routed rows' weights (Tk, 1) as the experts multiply them: fp32 (Mixtral), or cast back to the router
+    logits' dtype (``MoeLayout.weights_in_logits_dtype``, Qwen3-MoE)."""
+    moe_layout = rp.model.layout.moe
+    itemsize = logits.itemsize if moe_layout is not None and moe_layout.weights_in_logits_dtype else FP32_BYTES
+    return rp.tape.new((rp.batch * rp.seq * rp.model.experts_per_token, 1), itemsize, True)
 
 
 def _eager_loop(rp: Replay) -> bool:
@@ -143,7 +200,7 @@ def _expert_matmul(rp: Replay, x: SymTensor, w: SymTensor, out_features: int,
     return t.new(x.shape[:-1] + (out_features,), we.itemsize, True), we
 
 
-def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear) -> SymTensor:
+def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear, routing: SymTensor) -> SymTensor:
     """The experts with both fused parameters adapted (PEFT ``ParamWrapper``, see :func:`_effective_weight`),
     in the expert dtype (fp32 under mixed precision).
 
@@ -187,13 +244,12 @@ def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear) ->
     rows_in = Tk * h * wc_gu.itemsize
     if not eager:
         t.event(gu.nbytes + rows_in + w_gu.nbytes - g_before_down)
-    g = ops.activation(rp, gu.view(Tk, i), "moe/act", pending=g_before_down)
-    f = t.mul(g, gu.view(Tk, i), "moe/mul", pending=g_before_down)
+    f = _gate(rp, gu, pending=g_before_down)
     w_d = _effective_weight(rp, down, "moe/down", pending=g_block)
     f, wc_d = _expert_matmul(rp, f, w_d, h, "moe/down")  # (Tk, h)
     if not eager:
         t.event(f.nbytes + Tk * i * w_d.itemsize + w_d.nbytes - g_block)
-    f = t.mul(f, t.new((Tk, 1), FP32_BYTES, True), "moe/weights", pending=g_block)
+    f = t.mul(f, routing, "moe/weights", pending=g_block)
     if eager:
         _eager_index_add(rp, x)
     else:

@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.estimate.activations.tape import SymTensor, Tape
-from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES
+from memfit.estimate.block_parts import Linear
+from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES, INT64_BYTES
 from memfit.estimate.lora import adapted_linears, lora_rank
-from memfit.estimate.shape import Linear, ModelShape
+from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
 GELU_TANH_IN_PYTHON = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh_python")  # transformers.activations
@@ -84,6 +85,9 @@ def linear(rp: Replay, x: SymTensor, lin: Linear, component: str) -> SymTensor:
     else:
         w = t.weight((lin.out_features, lin.in_features), rp.spec.weight_bytes, rp.full)
         out = t.linear(x, w, lin.out_features, component)
+        if lin.bias and t.autocast and (rp.model.layout.bias_add_promotes or lin.experts > 1):
+            # (x @ W.T) + b outside F.linear (FalconLinear; fused experts' x @ W[e] + b[e]): the fp32 bias wins
+            out = t.new(out.shape, rp.spec.weight_bytes, out.requires_grad)
     if lin.path not in rp.adapted:
         return out
     return _lora(rp, x, lin, out)
@@ -215,10 +219,16 @@ def _eager(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str)
     """transformers' ``eager_attention_forward``: repeat_kv, q @ k^T, (soft-capping), softmax, dropout, @ v."""
     t, m, lay = rp.tape, rp.model, rp.model.layout
     b, s, a, d = rp.batch, rp.seq, m.n_heads, m.head_dim
-    if a > m.n_kv_heads and lay.eager_repeat_kv:
-        k = t.new((b, a, s, d), k.itemsize, k.requires_grad)  # repeat_kv: copies
+    if a > m.n_kv_heads and (lay.eager_repeat_kv or (lay.sdpa_direct and b > 1)):
+        # repeat_kv, or (Falcon) the matmuls' broadcast of k and v over the heads: copies
+        k = t.new((b, a, s, d), k.itemsize, k.requires_grad)
+        v = t.new((b, a, s, d), v.itemsize, v.requires_grad)
+    elif lay.sdpa_direct and not m.multi_query and b > 1:
+        # Falcon without multi-query: v is a strided view of the fused qkv output, which the bmm's reshape copies
         v = t.new((b, a, s, d), v.itemsize, v.requires_grad)
     scores = t.matmul(q, k, (b, a, s, s), f"{component}/qk")  # (b, a, s, s)
+    if lay.attention_sinks:
+        return _eager_with_sinks(rp, scores, v, component)
     if m.attn_softcap:
         scores = t.new(scores.shape, scores.itemsize, scores.requires_grad)  # / softcap
         scores = t.unary_saving_output(scores, f"{component}/softcap")  # tanh
@@ -231,6 +241,26 @@ def _eager(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str)
     else:
         p = t.cast(t.unary_saving_output(scores, f"{component}/scores", FP32_BYTES), q.itemsize)  # .to(q.dtype)
     # F.dropout(attn_weights, p=dropout): its mask, and the product with v saves the dropped copy
+    p = dropout(rp, p, m.attention_dropout, f"{component}/dropout")
+    o = t.matmul(p, v, (b, a, s, d), f"{component}/pv")
+    return t.new((b, s, a * d), o.itemsize, o.requires_grad)  # transpose(1, 2).contiguous()
+
+
+def _eager_with_sinks(rp: Replay, scores: SymTensor, v: SymTensor, component: str) -> SymTensor:
+    """GPT-OSS's ``eager_attention_forward`` after q @ k^T (``BlockLayout.attention_sinks``)::
+
+        logits = cat([scores * scale + mask, sinks (b, a, s, 1)], -1)   # (b, a, s, s + 1); fp32 under autocast
+        logits = logits - logits.max(-1, keepdim=True).values          # max saves its indices (b, a, s, 1) int64
+        probs = softmax(logits, dtype=logits.dtype)                    # saves its output
+        p = probs[..., :-1].to(v.dtype)                                # a view, or (autocast) a bf16 copy
+        out = p @ v                                                    # saves p (the view keeps probs) and v
+    """
+    t, m = rp.tape, rp.model
+    b, s, a, d = rp.batch, rp.seq, m.n_heads, m.head_dim
+    logits = t.new((b, a, s, s + 1), FP32_BYTES if t.autocast else scores.itemsize, True)
+    t.save(t.new((b, a, s, 1), INT64_BYTES, False), f"{component}/scores")  # max's indices
+    probs = t.unary_saving_output(logits, f"{component}/scores")
+    p = t.cast(probs.view(b, a, s, s), v.itemsize)
     p = dropout(rp, p, m.attention_dropout, f"{component}/dropout")
     o = t.matmul(p, v, (b, a, s, d), f"{component}/pv")
     return t.new((b, s, a * d), o.itemsize, o.requires_grad)  # transpose(1, 2).contiguous()
@@ -250,6 +280,10 @@ def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str,
     b, s, a, kv, d = rp.batch, rp.seq, m.n_heads, m.n_kv_heads, m.head_dim
     if t.autocast:
         q, k, v = (t.cast(x, t.compute_itemsize) for x in (q, k, v))
+    if m.layout.sdpa_direct and spec.attention == "sdpa" and a != kv:
+        # Falcon calls sdpa itself with one key/value head and no enable_gqa: no fused kernel takes differing
+        # head counts, so torch runs the math path, which broadcasts k and v (copies) in its matmuls
+        return _sdpa_math(rp, q, k, v, component, v_contiguous=False, broadcast_kv=True)
     # transformers passes enable_gqa=True to sdpa when there is no mask and head_dim <= 256; otherwise it
     # repeats k and v to all heads (copies) before the call
     gqa_native = spec.attention == "flash" or (not spec.padding_mask and d <= 256)
@@ -268,7 +302,7 @@ def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str,
     if rg:
         for x in (q, k, v, out):
             t.save(x, f"{component}/kernel")
-        if spec.padding_mask and spec.attention == "sdpa":
+        if (spec.padding_mask or m.layout.sdpa_direct) and spec.attention == "sdpa":
             # the additive (b, 1, s, s) mask in the compute dtype, expanded per call and kept by the kernel
             t.save(t.new((b, 1, s, s), t.compute_itemsize, False), f"{component}/mask")
         t.save(t.new((b, a, s), FP32_BYTES, False), f"{component}/kernel")  # logsumexp
@@ -281,7 +315,7 @@ def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str,
 
 
 def _sdpa_math(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str, *,
-               v_contiguous: bool) -> SymTensor:
+               v_contiguous: bool, broadcast_kv: bool = False) -> SymTensor:
     """CPU ``scaled_dot_product_attention`` with ``dropout_p > 0``: torch 2.13's CPU flash kernel has no
     dropout (``check_for_dropout`` in sdp_utils_cpp), so sdpa runs the composite
     ``_scaled_dot_product_attention_math``, in fp32 whatever the input dtype (bf16/fp16 q, k, v are
@@ -301,12 +335,19 @@ def _sdpa_math(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: 
     transposed view), except for an fp32 v that reshapes as a view: v already contiguous (transformers'
     repeat_kv), or batch 1, where (1, a, s, d) -> (a, s, d) only drops a dimension. Then v' keeps v's
     whole storage: for GPT-2 at batch 1 the 3h-wide c_attn output (T*3h*4 B, not T*h*4).
+
+    ``broadcast_kv`` (Falcon's multi-query k and v, (b, 1, s, d), no ``enable_gqa``): the math path keeps them at
+    their own heads (k' = k * sqrt(scale) fp32 (b, kv, s, d); v' = v, or its fp32 copy) and its matmuls broadcast
+    them over the heads: a (b*a, s, d) copy each (what the bmm saves) unless b = 1, where the expanded view
+    reshapes without one. Worked (b=1, a=4, s=32, d=16, fp32): q' 8,192 + k' 2,048 + p 16,384 + v 2,048 B =
+    28,672 B per layer, as a real step saves.
     """
     t, m = rp.tape, rp.model
     b, s, a, d = rp.batch, rp.seq, m.n_heads, m.head_dim
     rg = q.requires_grad or k.requires_grad or v.requires_grad
     qs = t.op((q,), t.new((b, a, s, d), FP32_BYTES, q.requires_grad))  # query_acc * scaling_factor
-    ks = t.op((k,), t.new((b, a, s, d), FP32_BYTES, k.requires_grad))  # key (repeat_interleave).T * scaling
+    kv_heads = m.n_kv_heads if broadcast_kv and b == 1 else a  # the bmm operand's heads (see above)
+    ks = t.op((k,), t.new((b, kv_heads, s, d), FP32_BYTES, k.requires_grad))  # key (repeat_interleave).T * scaling
     if ks.requires_grad:
         t.save(qs, f"{component}/qk")
     if qs.requires_grad:
@@ -315,7 +356,9 @@ def _sdpa_math(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: 
     p = t.unary_saving_output(scores, f"{component}/scores")
     p = dropout(rp, p, m.attention_dropout, f"{component}/dropout")
     math_repeat = m.n_heads != m.n_kv_heads and not v_contiguous  # enable_gqa: repeat_interleave inside
-    if v.itemsize == FP32_BYTES and not math_repeat and (v_contiguous or rp.batch == 1):
+    if broadcast_kv and b == 1:
+        vv = v if v.itemsize == FP32_BYTES else t.new(v.shape, FP32_BYTES, v.requires_grad)  # value_acc, unrepeated
+    elif v.itemsize == FP32_BYTES and not math_repeat and (v_contiguous or rp.batch == 1):
         vv = v  # a view of v's storage
     else:
         vv = t.new((b, a, s, d), FP32_BYTES, v.requires_grad)  # a contiguous fp32 copy

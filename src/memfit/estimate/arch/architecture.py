@@ -21,6 +21,9 @@ class Architecture:
       (``peft.utils.constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``), used when ``--targets``
       is not given; None where PEFT has none, and then memfit, like PEFT, asks for ``--targets`` with
       ``lora_hint``.
+    - ``all_linear_moe``: PEFT's ``all-linear`` also adapts the MoE router and fused experts (through
+      ``target_parameters``); PEFT 0.21.2 does so only for the model types transformers' weight conversion
+      table maps (``peft.utils.transformers_weight_conversion``: Mixtral, Qwen2/3-MoE), not GPT-OSS.
     - ``attention_kernels``: the ``--attention`` values transformers builds the model with (a model class with
       ``_supports_sdpa = False`` has no sdpa path); ``kernel_note`` says why one is missing.
 
@@ -37,6 +40,7 @@ class Architecture:
     lora_hint: str = "q_proj,v_proj"
     attention_kernels: tuple[Attention, ...] = ("eager", "sdpa", "flash")
     kernel_note: str = ""
+    all_linear_moe: bool = True
 
     def default_lora_targets(self) -> tuple[str, ...]:
         """PEFT's default targets; a MemfitError naming --targets where PEFT has none."""

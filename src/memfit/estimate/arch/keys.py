@@ -63,6 +63,11 @@ class MissingKey(MemfitError):
     """A size the estimate needs is absent from the config (transformers may still have a default for it)."""
 
 
+class NotModelled(MissingKey):
+    """The config selects a variant of its architecture the estimate does not model (Falcon's
+    ``new_decoder_architecture``); transformers builds it, so ``trace`` and ``measure`` still run it."""
+
+
 class ConfigReader:
     """Typed reads from one config dict, each a MemfitError naming the field when the value is unusable."""
 
@@ -218,6 +223,14 @@ class ConfigKeys:
       ``sliding_window_pattern``, 6 by default).
     - ``qk_norm_enabled``: whether the layout's q/k norms exist in this config (Phi's ``qk_layernorm``, default
       false); ``Flag((), True)``: always, where the layout has them.
+    - ``multi_query``: a flag that, when true, gives one key/value head (Falcon's ``multi_query``; false: as
+      many as heads, with ``kv_heads`` ``()``).
+    - ``attn_residual_dropout``: the dropout on the attention output before its residual add where it is not
+      ``residual_dropout`` (Falcon's serial block: ``attention_dropout``); None: ``residual_dropout``.
+    - ``not_modelled``: (key, the value memfit models, what another value selects): a config giving the key
+      another value (null counts as absent) is refused by the estimate with :class:`NotModelled` (``trace`` and
+      ``measure`` run it): Falcon's ``new_decoder_architecture``, Qwen3-MoE's dense layers.
+    - ``router_renorm``: MoE top-k weights divided by their sum (Mixtral always; Qwen3-MoE's ``norm_topk_prob``).
     - ``scales_with_head_dim``: keys whose value is per head (Gemma 2's ``query_pre_attn_scalar``), which a
       model scaled to another head_dim sets to it.
     """
@@ -257,12 +270,29 @@ class ConfigKeys:
     scales_with_head_dim: tuple[str, ...] = ()
     qk_norm_enabled: Flag = Flag((), True)
     sliding_pattern: Size = Size("layers", (), 1)
+    multi_query: Flag = Flag((), False)
+    attn_residual_dropout: Dropout | None = None
+    not_modelled: tuple[tuple[str, Any, str], ...] = ()
+    router_renorm: Flag = Flag((), True)
 
     def dropout_fields(self) -> dict[str, tuple[str, float]]:
         """ModelShape dropout field -> (config key, the config class's default), for the dropouts applied."""
         fields = {"attention_dropout": self.attention_dropout, "residual_dropout": self.residual_dropout,
                   "embedding_dropout": self.embedding_dropout}
+        if self.attn_residual_dropout is not None:
+            fields["attn_residual_dropout"] = self.attn_residual_dropout
         return {f: (d.name, d.default) for f, d in fields.items() if d.name}
+
+    def moe_sizes(self, experts: int, per_token: int) -> dict[str, Any]:
+        """The experts and experts per token under this architecture's keys ({} for a dense one).
+
+        >>> ConfigKeys(experts=Size("experts", ("num_experts",), 128),
+        ...            experts_per_token=Size("experts per token", ("num_experts_per_tok",), 8)).moe_sizes(4, 2)
+        {'num_experts': 4, 'num_experts_per_tok': 2}
+        """
+        if self.experts is None or self.experts_per_token is None:
+            return {}
+        return {self.experts.names[0]: experts, self.experts_per_token.names[0]: per_token}
 
     def write(self, *, layers: int, hidden: int, heads: int, kv_heads: int | None = None,
               intermediate: int | None = None, vocab: int | None = None,

@@ -33,7 +33,8 @@ PositionKind = Literal["rotary", "learned"]
 QkNorm = Literal["none", "head", "full"]
 SoftmaxDtype = Literal["fp32", "input"]
 SlidingLayers = Literal["none", "all", "alternate", "after_max_window_layers", "pattern"]
-RouterKind = Literal["softmax_topk_renorm"]
+RouterKind = Literal["softmax_topk_renorm", "topk_softmax"]
+ExpertGate = Literal["swiglu", "clamped_swiglu"]
 LayerType = Literal["full", "sliding"]
 NormWeight = Literal["after_cast", "before_cast", "one_plus_before_cast"]
 
@@ -48,10 +49,26 @@ class MoeLayout:
     takes (bf16 only, on CPU too; autocast does not cast for it); under the others transformers runs its
     eager per-expert loop (``experts_implementation="eager"``), which a fake-tensor trace cannot run (its
     ``nonzero`` has a data-dependent shape).
+
+    ``weights_in_logits_dtype``: the top-k routing weights are cast back to the router logits' dtype before they
+    weight the expert outputs (Qwen3-MoE's ``router_top_value.to(router_logits.dtype)``; Mixtral keeps them
+    fp32). Whether the k weights are divided by their sum is a config fact (``ConfigKeys.router_renorm``:
+    Qwen3-MoE's ``norm_topk_prob``; Mixtral always).
+
+    GPT-OSS (``transformers/models/gpt_oss``): ``router="topk_softmax"`` (top-k of the logits, then a softmax
+    over the k in the logits' dtype: the k indices and the k probabilities are saved, no (T, E) softmax); ``bias``:
+    the router and both expert parameters have biases ((E,), (E, 2i), (E, h); the experts' stored transposed,
+    (E, h, 2i) and (E, i, h), which changes no count); ``gate="clamped_swiglu"``: ``gate.clamp(max=l)``,
+    ``up.clamp(-l, l)``, ``(up + 1) * gate * sigmoid(alpha * gate)`` on the interleaved halves, which keeps per
+    routed row the gate_up output (2i, both clamps' input) and four (i) tensors (clamped gate, sigmoid, up + 1,
+    the glu) where SwiGLU keeps one.
     """
 
     router: RouterKind = "softmax_topk_renorm"
     grouped_mm_precisions: tuple[str, ...] = ("bf16",)
+    weights_in_logits_dtype: bool = False
+    bias: bool = False
+    gate: ExpertGate = "swiglu"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,6 +97,27 @@ class BlockLayout:
       or ``input`` (GPT-2: in the scores' dtype, fp32 only under autocast); ``eager_repeat_kv``: k and v are
       repeated to every head (``repeat_kv`` copies) when heads > kv heads; ``eager_qkv_copies``: the matmuls
       take non-contiguous views of the fused qkv output and copy them (GPT-2's ``_attn``).
+    - ``pre_mlp_norm_serial_only``: the pre-MLP norm exists only when the config's residual is serial (Falcon's
+      ``post_attention_layernorm``, built only with ``parallel_attn: false``; parallel, the MLP reads the
+      attention norm's output).
+    - ``multi_query_kv_copies``: under multi-query attention (one key/value head, ``ModelShape.multi_query``) k
+      and v are indexed out of the fused qkv output with a list (Falcon's ``fused_qkv[..., [-2], :]``): copies of
+      (b, s, d) each, where a saved view would keep the whole fused output.
+    - ``parallel_dropout_on_sum``: a parallel block drops out ``o + f`` once (Falcon's
+      ``dropout_add(mlp_output + attention_output, residual, hidden_dropout)``), not o and f each.
+    - ``sdpa_direct``: the attention is the model's own code, not transformers' attention functions (Falcon): k and
+      v keep their key/value heads (no ``repeat_kv``), and the matmuls broadcast them over the heads, a copy
+      unless the batch is 1 (the expanded (1, a, ...) view then reshapes without one); it calls
+      ``scaled_dot_product_attention`` itself, always with the causal mask materialised (``allow_is_causal_skip=
+      False``), which the fused kernel keeps, and without ``enable_gqa``, so with fewer key/value heads than
+      heads torch runs the composite math path (fp32, O(s^2)).
+    - ``bias_add_promotes``: the block linears add their bias after the matmul (Falcon's ``FalconLinear``:
+      ``x @ W.T + b``), so under autocast the compute-dtype product plus the fp32 bias is an fp32 tensor.
+    - ``rotary_half_tables``: cos and sin are (1, s, d/2) (GPT-OSS's ``_apply_rotary_emb`` rotates the two halves
+      of q and k by the same table: no ``cat((freqs, freqs))``).
+    - ``attention_sinks``: a learned logit per head joins every row of the scores (GPT-OSS's ``sinks``, (a,)):
+      eager concatenates it as a column, (b, a, s, s + 1), subtracts the row max (its indices are saved, int64)
+      and runs the softmax in the scores' dtype (fp32 under autocast, where the fp32 mask is added first).
     - ``sliding_layers``: which layers attend through the sliding window when the config sets one: ``all``
       (Mistral), ``alternate`` (Gemma 2: even layers sliding, odd full), ``after_max_window_layers`` (Qwen2:
       layers from ``max_window_layers`` on), ``pattern`` (Gemma 3: every ``sliding_pattern``-th layer full, the
@@ -126,3 +164,10 @@ class BlockLayout:
     scalar_multipliers: bool = False
     rope_per_layer_type: bool = False
     sliding_sdpa_mask: bool = False
+    pre_mlp_norm_serial_only: bool = False
+    multi_query_kv_copies: bool = False
+    parallel_dropout_on_sum: bool = False
+    sdpa_direct: bool = False
+    bias_add_promotes: bool = False
+    rotary_half_tables: bool = False
+    attention_sinks: bool = False

@@ -32,6 +32,7 @@ class BlockNames:
     post_attn_norm: str = "post_attention_layernorm"
     pre_mlp_norm: str = "post_attention_layernorm"
     post_mlp_norm: str = "post_feedforward_layernorm"
+    sinks: str = "self_attn.sinks"  # a parameter of the attention (attention_sinks)
     extras: tuple[str, ...] = ("mlp.act_fn",)  # parameter-free submodules: activations, dropouts
 
 

@@ -15,17 +15,23 @@ olmo2          ``pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, p
 phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), True), pre_mlp_norm=False,
                mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *head_bias*,
                *qk_norm_enabled* (``qk_layernorm``) (registered below, issue 13)
-falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
-               ``mlp="plain"``, LayerNorm; *kv heads from multi_query / new_decoder_architecture*
+falcon         registered: ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from
+               ``parallel_attn``, ``mlp="plain"``, LayerNorm; *multi_query* (a key), *multi_query_kv_copies*,
+               *pre_mlp_norm_serial_only*, *parallel_dropout_on_sum*, *sdpa_direct* (its own attention code:
+               math-path sdpa), *bias_add_promotes*; ``new_decoder_architecture`` and ``alibi`` refused
+               (``not_modelled``)
 granite        Llama's layout; *scalar_multipliers* (embedding, residual, logits: each a new tensor that saves
                nothing) (registered below, issue 13)
 gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types``;
                *sliding_layers="pattern"* (``sliding_window_pattern``), *rope_per_layer_type* (two cos/sin
                pairs) (registered below, issue 13)
-qwen3_moe      Qwen3's attention + ``MoeLayout``; *dense layers* (``mlp_only_layers``, ``decoder_sparse_step``:
-               a per-layer MLP kind, replayed once per kind)
-gpt_oss        ``MoeLayout`` with *router bias, expert biases, transposed gate_up (E, h, 2i), clamped SwiGLU*;
-               *attention sinks* (a (a,) parameter, a concatenated column in eager); ``sliding_layers``
+qwen3_moe      registered: Qwen3's attention + ``MoeLayout(weights_in_logits_dtype=True)``, *router_renorm* (a key:
+               ``norm_topk_prob``); dense layers (``mlp_only_layers``, ``decoder_sparse_step``) refused
+               (``not_modelled``: one block kind per model; a per-layer MLP kind, replayed once per kind, is next)
+gpt_oss        registered: ``norm_weight="before_cast"``, ``sliding_layers`` from ``layer_types``; *attention_sinks*
+               (a (a,) parameter: ``ModelShape.block_params``; a concatenated column in eager),
+               *rotary_half_tables*; ``MoeLayout(router="topk_softmax", bias=True, gate="clamped_swiglu")``;
+               *all_linear_moe=False* (PEFT's all-linear leaves its experts alone)
 deepseek_v3    *attention="mla"* (q_a/q_b, kv_a/kv_b projections and their norms), ``MoeLayout`` with *shared
                experts* and *dense-first layers* (``first_k_dense_replace``)
 =============  ============================================================================================
@@ -266,3 +272,82 @@ GEMMA3_TEXT = Architecture(
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
     LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL,
     OLMO2, PHI, GRANITE, GEMMA3_TEXT)}
+
+# ---- issue 13, second half: falcon, qwen3_moe, gpt_oss, deepseek_v3 ----------------------------------------
+
+_FALCON_BIAS = Flag(("bias",), False)
+# Falcon-7B's block (FalconConfig: multi_query, parallel_attn; new_decoder_architecture and alibi off): one
+# LayerNorm read by both the attention and the MLP, fused query_key_value (FalconLinear: ``x @ W.T``, saving what
+# F.linear saves) split into copies, one key/value head; the eager path computes the softmax in the hidden
+# states' dtype and applies no attention dropout (only ALiBi's path does); ``attention_dropout`` drops the
+# attention output in the serial block, ``hidden_dropout`` o + f (parallel) or f (serial).
+FALCON = Architecture(
+    model_type="falcon", source=_SOURCE.format("falcon"),
+    layout=BlockLayout(norm="layernorm", norm_bias=True, fused_qkv=True, multi_query_kv_copies=True, mlp="plain",
+                       pre_mlp_norm_serial_only=True, parallel_dropout_on_sum=True, eager_softmax_dtype="input",
+                       eager_repeat_kv=False, sdpa_direct=True, bias_add_promotes=True),
+    keys=ConfigKeys(kv_heads=(), heads_divide_hidden=True,
+                    multi_query=Flag(("multi_query",), True),
+                    intermediate=Size("intermediate size", ("ffn_hidden_size",), per_hidden=4),
+                    activation=Text(("activation",), "gelu"), norm_eps=Real(("layer_norm_epsilon",), 1e-5),
+                    tie_embeddings=Flag(("tie_word_embeddings",), True), qkv_bias=_FALCON_BIAS,
+                    o_bias=_FALCON_BIAS, mlp_bias=_FALCON_BIAS, parallel_residual=Flag(("parallel_attn",), True),
+                    attention_dropout=Dropout("", 0.0), residual_dropout=Dropout("hidden_dropout", 0.0),
+                    attn_residual_dropout=Dropout("attention_dropout", 0.0),
+                    not_modelled=(("new_decoder_architecture", False, "Falcon-40B's decoder (grouped kv heads, "
+                                   "ln_attn and ln_mlp)"), ("alibi", False, "ALiBi positions instead of rotary"))),
+    names=ModuleNames(
+        block=BlockNames(qkv="self_attention.query_key_value", o="self_attention.dense", up="mlp.dense_h_to_4h",
+                         down="mlp.dense_4h_to_h", extras=("self_attention.attention_dropout", "mlp.act")),
+        model=ModelNames(layers="transformer.h", embed="transformer.word_embeddings", final_norm="transformer.ln_f",
+                         outside=("transformer", "transformer.word_embeddings", "transformer.h", "transformer.ln_f",
+                                  "transformer.rotary_emb", "lm_head"))),
+    lora_targets=("query_key_value",),
+)
+
+# Qwen3-30B-A3B's block (transformers/models/qwen3_moe): Qwen3's attention (q/k norms per head), Mixtral's sparse
+# MoE block with ``num_experts`` experts of ``moe_intermediate_size``, the top-k weights renormalised only with
+# ``norm_topk_prob`` and cast back to the logits' dtype; the sliding window (with ``use_sliding_window``) on every
+# layer. Dense layers (``mlp_only_layers``, ``decoder_sparse_step`` > 1: an MLP of ``intermediate_size``) are
+# refused by the estimate (every published Qwen3-MoE config has none).
+QWEN3_MOE = Architecture(
+    model_type="qwen3_moe", source=_SOURCE.format("qwen3_moe"),
+    layout=BlockLayout(qk_norm="head", moe=MoeLayout(weights_in_logits_dtype=True), sliding_layers="all"),
+    keys=ConfigKeys(kv_heads_default=4, positions=Size("positions", ("max_position_embeddings",), 32768),
+                    intermediate=Size("intermediate size", ("moe_intermediate_size",), 768),
+                    sliding_window=Window(("sliding_window",), 4096),
+                    sliding_enabled=Flag(("use_sliding_window",), False),
+                    experts=Size("experts", ("num_experts",), 128),
+                    experts_per_token=Size("experts per token", ("num_experts_per_tok",), 8),
+                    router_renorm=Flag(("norm_topk_prob",), False),
+                    not_modelled=(("mlp_only_layers", [], "dense MLP layers among the MoE ones"),
+                                  ("decoder_sparse_step", 1, "dense MLP layers among the MoE ones"))),
+    names=ModuleNames(block=BlockNames(extras=("mlp.experts.act_fn",))), lora_targets=None,
+)
+
+_GPT_OSS_BIAS = Flag(("attention_bias",), True)
+# gpt-oss-20b's block (transformers/models/gpt_oss): Llama's attention with biases, attention sinks and one rope
+# table per half of d, sliding (128) and full layers alternating; RMSNorm's weight applied before the cast; a
+# sparse MoE with a biased router whose softmax runs over the top-k logits, biased experts stored transposed and a
+# clamped SwiGLU. The published checkpoint stores the experts in MXFP4: memfit models the base as transformers
+# trains it, dequantised to bf16 (``Mxfp4Config(dequantize=True)``), every weight 2 B; it does not model MXFP4.
+GPT_OSS = Architecture(
+    model_type="gpt_oss", source=_SOURCE.format("gpt_oss"),
+    layout=BlockLayout(norm_weight="before_cast", rotary_half_tables=True, attention_sinks=True,
+                       moe=MoeLayout(router="topk_softmax", weights_in_logits_dtype=True, bias=True,
+                                     gate="clamped_swiglu"),
+                       sliding_layers="alternate"),
+    keys=ConfigKeys(kv_heads_default=8, head_dim_default=64,
+                    positions=Size("positions", ("max_position_embeddings",), 131072),
+                    intermediate=Size("intermediate size", ("intermediate_size",), 2880),
+                    norm_eps=Real(("rms_norm_eps",), 1e-5), qkv_bias=_GPT_OSS_BIAS, o_bias=_GPT_OSS_BIAS,
+                    sliding_window=Window(("sliding_window",), 128), layer_types=("layer_types",),
+                    experts=Size("experts", ("num_local_experts",), 128),
+                    experts_per_token=Size("experts per token", ("num_experts_per_tok",), 4)),
+    names=ModuleNames(block=BlockNames(router="mlp.router", extras=())), lora_targets=None,
+    attention_kernels=("eager", "flash"),
+    kernel_note="its attention sinks have no sdpa path: GptOssPreTrainedModel._supports_sdpa is False",
+    all_linear_moe=False,
+)
+
+REGISTRY.update((a.model_type, a) for a in (FALCON, QWEN3_MOE, GPT_OSS))
