@@ -17,14 +17,17 @@ from memfit.timeline import TimelinePoint, downsample  # noqa: E402
 from memfit.trace.engine import trace_step  # noqa: E402
 
 CFG = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=300)
+ONE_BLOCK = tiny_config("llama", layers=1, hidden=32, heads=2, kv_heads=1, vocab=300)
 
 
-def _two_real_steps(spec: RunSpec, observe: bool = False) -> tuple[LiveTensorTracker, TimelineRecorder, list]:
+def _two_real_steps(spec: RunSpec, observe: bool = False, cfg: dict | None = None,
+                    ) -> tuple[LiveTensorTracker, TimelineRecorder, list]:
     """Two Trainer-like CPU steps (the first makes AdamW's state in its optimizer phase), as measure runs them."""
+    cfg = cfg or CFG
     torch.manual_seed(0)
-    model = build_model(CFG, spec, device="cpu")
+    model = build_model(cfg, spec, device="cpu")
     optimizer = make_optimizer(model, spec)
-    tracker = LiveTensorTracker(vocab=CFG["vocab_size"])
+    tracker = LiveTensorTracker(vocab=cfg["vocab_size"])
     tracker.track_model(model)
     tracker.track_optimizer(optimizer)
     recorder = TimelineRecorder(tracker, model=model)
@@ -34,7 +37,7 @@ def _two_real_steps(spec: RunSpec, observe: bool = False) -> tuple[LiveTensorTra
             (e.kind, e.phase, tracker.live_by_category(), tracker.snapshot().by_category)))
     with tracker, ModuleScopes(model, tracker):
         for _ in range(2):
-            run_step(model, spec, optimizer=optimizer, batch=2, seq=32, vocab=CFG["vocab_size"], device="cpu",
+            run_step(model, spec, optimizer=optimizer, batch=2, seq=32, vocab=cfg["vocab_size"], device="cpu",
                      tracker=tracker)
     recorder.close()
     if observe:
@@ -42,13 +45,14 @@ def _two_real_steps(spec: RunSpec, observe: bool = False) -> tuple[LiveTensorTra
     return tracker, recorder, seen
 
 
-@pytest.mark.parametrize("spec", [RunSpec(method="full", precision="fp32", device="cpu"),
-                                  RunSpec(method="lora", precision="fp32", device="cpu")], ids=["full", "lora"])
+@pytest.mark.parametrize("spec", [
+    pytest.param(RunSpec(method="full", precision="fp32", device="cpu"), id="full", marks=pytest.mark.slow),
+    pytest.param(RunSpec(method="lora", precision="fp32", device="cpu"), id="lora")])
 def test_the_category_ledger_equals_a_full_scan_at_every_event(spec: RunSpec) -> None:
     """``live_by_category()`` (kept at each change) equals ``snapshot().by_category`` (a scan of every live
     storage, the rule the peak snapshot uses) at every one of the step's events, through gradients attached
     by autograd's hook and AdamW's state made in the first optimizer step."""
-    _, _, seen = _two_real_steps(spec, observe=True)
+    _, _, seen = _two_real_steps(spec, observe=True, cfg=ONE_BLOCK)
     assert len(seen) > 200
     assert {phase for _, phase, _, _ in seen} >= {"forward", "backward", "optimizer"}
     bad = [(kind, phase, ledger, scan) for kind, phase, ledger, scan in seen if ledger != scan]
