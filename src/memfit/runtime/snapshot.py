@@ -13,7 +13,8 @@ Built from a :class:`~memfit.runtime.timeline.TimelineRecorder` run with ``keep_
   (innermost first, as torch writes them) name the operator and the module path that made the storage,
   then each enclosing module, then the phase: ``model.layers.3.mlp.down_proj:0:aten.mm.default``,
   ``model.layers.3.mlp:0:forward``, ..., ``memfit:0:backward``. ``category`` (what the viewer colours by,
-  as in the snapshots torch's own ``profile_plot`` makes) is memfit's category of the storage.
+  as in the snapshots torch's own ``profile_plot`` makes) is memfit's category of the storage, the one it
+  ends with (a gradient is counted before autograd attaches it to ``.grad``).
 - ``segments``: what is alive at the end, one segment per storage (memfit models no caching: the segment
   is the block, so the viewer's reserved memory is memfit's booked bytes), each with one
   ``active_allocated`` block.
