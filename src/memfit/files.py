@@ -23,7 +23,7 @@ from pathlib import Path
 
 from memfit.errors import MemfitError
 
-__all__ = ["TEMP_MARK", "atomic_output", "check_output", "write_atomic"]
+__all__ = ["TEMP_MARK", "atomic_output", "check_output", "move_into_place", "temporary_beside", "write_atomic"]
 
 TEMP_MARK = ".tmp"  # temporary files are ".{name}.{random}.tmp{suffix}" beside the target
 
@@ -123,3 +123,25 @@ def _fsync(path: Path) -> None:
 def _remove(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
+
+
+def temporary_beside(target: str | os.PathLike[str]) -> Path:
+    """A new empty temporary file in ``target``'s folder, named as :func:`atomic_output` names its own, for a
+    file another process writes and :func:`move_into_place` renames (``measure --snapshot``'s per-run files)."""
+    t = Path(target)
+    fd, name = tempfile.mkstemp(prefix=f".{t.name}.", suffix=TEMP_MARK + t.suffix, dir=_parent(t))
+    os.close(fd)
+    return Path(name)
+
+
+def move_into_place(tmp: Path, target: str | os.PathLike[str], *, flag: str, force: bool,
+                    example: str = "out") -> Path:
+    """Rename the finished temporary file ``tmp`` (from :func:`temporary_beside`) onto ``target``, checked as
+    :func:`check_output` checks (an existing target only with ``force``); ``tmp`` is removed if that fails."""
+    try:
+        out = check_output(target, flag=flag, force=force, example=example)
+        os.replace(tmp, out)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return out

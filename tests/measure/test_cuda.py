@@ -79,3 +79,31 @@ def test_cuda_cli_subprocess(tmp_path, capsys) -> None:  # type: ignore[no-untyp
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert run["device"] == "cuda" and run["fits"]
     assert run["reserved_bytes"] >= run["peak_bytes"] > 0
+
+
+def test_measure_snapshot_beside_the_allocators_own(tmp_path) -> None:
+    """``measure --snapshot`` on CUDA: memfit's snapshot and the caching allocator's own (recorded over the same
+    tracked steps) carry the same keys, and replayed as https://pytorch.org/memory_viz replays them, memfit's
+    peaks at the tracker's peak and the allocator's between that and ``max_memory_allocated`` (its requested
+    bytes add the workspaces no tensor holds; its blocks round each up)."""
+    import pickle
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+    from viz_replay import replay  # type: ignore[import-not-found]
+
+    spec = RunSpec(method="full", precision="fp32", device="cuda", batch=2, seq=128)
+    mine, real = tmp_path / "step.pickle", tmp_path / "step.cuda.pickle"
+    r = measure_point(MID, spec, device="cuda", steps=1, snapshot_to=str(mine), cuda_snapshot_to=str(real))
+    assert r.fits and r.peak_bytes is not None and r.tracker_peak_bytes is not None
+    m, c = pickle.loads(mine.read_bytes()), pickle.loads(real.read_bytes())  # written by this test's run
+    assert mine.read_bytes()[:2] == real.read_bytes()[:2] == b"\x80\x04"
+    assert set(m["segments"][0]) <= set(c["segments"][0])
+    assert set(m["segments"][0]["blocks"][0]) <= set(c["segments"][0]["blocks"][0])
+    real_keys = {e["action"]: set(e) for e in c["device_traces"][0]}
+    for e in m["device_traces"][0]:
+        if e["action"] in real_keys:
+            assert set(e) - {"category"} <= real_keys[e["action"]], e["action"]
+    assert replay(m) == r.tracker_peak_bytes
+    assert r.tracker_peak_bytes <= replay(c) <= r.peak_bytes

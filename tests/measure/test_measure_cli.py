@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from memfit.errors import MemfitError  # noqa: E402
 from memfit.estimate import RunSpec  # noqa: E402
 from memfit.measure.point import measure_point  # noqa: E402
 from memfit.runtime.build import tiny_config  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))  # viz_replay: the viewer's replay
 
 CONFIG = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=256)
 
@@ -28,9 +32,10 @@ def config_path(tmp_path: Path) -> Path:
 def test_measure_cli_json_in_a_subprocess(config_path: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     plot = tmp_path / "peak.png"
+    snapshot = tmp_path / "step.pickle"
     rc = main(["measure", str(config_path), "--batch", "1", "--seq", "64", "--device", "cpu", "--precision",
                "fp32", "--method", "lora", "--memory-limit", "3000000B", "--steps", "1", "--plot", str(plot),
-               "--json"])
+               "--snapshot", str(snapshot), "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     (one,) = out["runs"]
@@ -42,6 +47,17 @@ def test_measure_cli_json_in_a_subprocess(config_path: Path, tmp_path: Path,
     assert one["step_seconds"] > 0 and one["tokens_per_second"] > 0
     assert out["peak_vs_batch_headline"] is None and out["peak_vs_batch"] == []  # one batch size: no line
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # memory over the tracked steps, from the worker: its highest point is the point's peak, by category
+    assert out["timeline_run"] == {"index": 0, "batch": 1, "seq": 64, "checkpointing": "none"}
+    assert "timeline" not in one and 10 < len(out["timeline"]) <= 2000
+    top = max(out["timeline"], key=lambda p: sum(p["bytes_by_category"].values()))
+    assert sum(top["bytes_by_category"].values()) == one["peak_bytes"]
+    assert top["bytes_by_category"] == {k: v for k, v in one["by_category"].items() if v}
+    # and the snapshot the worker wrote replays (as the viewer does) to the same peak
+    from viz_replay import replay  # type: ignore[import-not-found]
+
+    assert replay(pickle.loads(snapshot.read_bytes())) == one["peak_bytes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "peak.png", "step.pickle"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -104,3 +120,13 @@ def test_measure_refuses_a_modules_to_save_name_no_module_has(tmp_path: Path, ca
     assert "embed_tokens matches no module of this gpt2 model" in err and "transformer.wte, lm_head" in err
     with pytest.raises(MemfitError, match="embed_tokens matches no module of this gpt2 model"):
         measure_point(gpt2, RunSpec(modules_to_save=("embed_tokens",), batch=1, seq=16, device="cpu"), steps=0)
+
+
+def test_measure_refuses_an_existing_snapshot_before_measuring(config_path: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    existing = tmp_path / "step.pickle"
+    existing.write_bytes(b"mine")
+    rc = main(["measure", str(config_path), "--device", "cpu", "--snapshot", str(existing)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "exists: pass --force" in err and "--snapshot" in err and "Traceback" not in err
+    assert existing.read_bytes() == b"mine"

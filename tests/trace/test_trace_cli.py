@@ -19,14 +19,22 @@ from memfit.trace.engine import trace_step  # noqa: E402
 def test_trace_json_reports_the_engine_peak(tmp_path, capsys) -> None:
     cfg = tiny_config("llama", layers=2, hidden=64, heads=4, kv_heads=2, vocab=300)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
+    snapshot = tmp_path / "step.pickle"
     code = main(["trace", str(tmp_path / "config.json"), "--batch", "2", "--seq", "32", "--device", "cpu",
-                 "--json"])
+                 "--snapshot", str(snapshot), "--json"])
     assert code == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     # the key figure against a real CPU step of the same spec (real tensors): the trace is byte-exact on CPU
     real = measure_point(cfg, RunSpec(batch=2, seq=32, device="cpu"), steps=0, warmup=0)
     assert out["peak_bytes"] == real.peak_bytes
     assert out["engine"] == "trace" and out["saved_for_backward"]["total"] > 0
+    top = max(out["timeline"], key=lambda p: sum(p["bytes_by_category"].values()))
+    assert sum(top["bytes_by_category"].values()) == real.peak_bytes
+    assert snapshot.read_bytes()[:2] == b"\x80\x04" and "pytorch.org/memory_viz" in captured.err
+    # a second run does not replace it without --force: one red line, before any tracing
+    assert main(["trace", str(tmp_path / "config.json"), "--snapshot", str(snapshot)]) == 1
+    assert "exists: pass --force" in capsys.readouterr().err
 
 
 def test_trace_unsupported_setting_is_one_line(tmp_path, capsys) -> None:

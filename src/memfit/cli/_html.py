@@ -1,4 +1,5 @@
-"""The ``--html FILE`` / ``--force`` options every reporting command shares, and the one way they write."""
+"""The ``--html FILE`` / ``--force`` options every reporting command shares, and the one way they write; the
+``--snapshot FILE`` option of trace and measure (a memory snapshot for pytorch.org/memory_viz)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import typer
 HtmlOption = Annotated[Path | None, typer.Option(
     "--html", help="also write a self-contained HTML report (charts and tables, opens from disk) to this file")]
 ForceOption = Annotated[bool, typer.Option("--force", help="replace existing output files (--html, --plot, "
-                                                             "fit --write)")]
+                                                             "--snapshot, fit --write)")]
+SnapshotOption = Annotated[Path | None, typer.Option(
+    "--snapshot", help="also write the step as a CUDA memory snapshot pickle (what torch.cuda.memory._snapshot() "
+    "writes) to open in https://pytorch.org/memory_viz")]
 
 
 def check_html(path: Path | None, force: bool) -> None:
@@ -20,6 +24,20 @@ def check_html(path: Path | None, force: bool) -> None:
         from memfit.report.html.write import check_target
 
         check_target(path, force=force)
+
+
+def check_snapshot(path: Path | None, force: bool, *, cuda_beside: bool = False) -> None:
+    """Before any slow work: fail now if the snapshot (and on CUDA the allocator's, beside it) could not be
+    written."""
+    if path is None:
+        return
+    from memfit.files import check_output
+
+    check_output(path, force=force, flag="--snapshot", example="step.pickle")
+    if cuda_beside:
+        from memfit.measure.sweep import cuda_snapshot_path
+
+        check_output(cuda_snapshot_path(path), force=force, flag="--snapshot", example="step.pickle")
 
 
 def write_html(path: Path | None, command: str, result: Any, force: bool) -> None:

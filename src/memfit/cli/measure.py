@@ -10,13 +10,13 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import JsonFlag, app
-from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
+from memfit.cli._html import ForceOption, HtmlOption, SnapshotOption, check_html, check_snapshot, write_html
 from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import ONLY_WITH, check_run_limits, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, resolve_config
 from memfit.estimate.lora import check_modules_to_save
-from memfit.report import console, print_config_import, print_json
+from memfit.report import console, err_console, print_config_import, print_json
 
 MEASURE_CHECKPOINTING = ("none", "full", "every-k", "both")
 
@@ -78,6 +78,7 @@ def measure_command(
     plot: Annotated[str | None, typer.Option("--plot", help="write peak vs batch to this PNG")] = None,
     json_out: JsonFlag = False,
     html: HtmlOption = None,
+    snapshot: SnapshotOption = None,
     force: ForceOption = False,
     gpu: Annotated[str | None, typer.Option("--gpu", hidden=True)] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
@@ -90,7 +91,8 @@ def measure_command(
 
     Each point runs in a fresh subprocess. Peak by category (weights, gradients, optimizer, activations,
     logits, temporaries), a linear fit of peak vs batch, and with --checkpointing both the memory saved
-    against the time lost.
+    against the time lost. --snapshot FILE.pickle writes the highest-peak point's tracked steps as a memory
+    snapshot for https://pytorch.org/memory_viz (on CUDA the allocator's own snapshot beside it, FILE.cuda.pickle).
     """
     from memfit.units import parse_size
 
@@ -127,6 +129,7 @@ def measure_command(
     config = resolve_config(model)
     check_modules_to_save(ModelShape.from_hf_config(config), spec)  # before any worker builds the model
     dev = pick_device(device)
+    check_snapshot(snapshot, force, cuda_beside=dev == "cuda")
     spec = spec.with_(device=dev, batch=batches[0], seq=seqs[0], checkpointing=modes[0])
     from memfit.runtime.build import check_spec
 
@@ -149,7 +152,16 @@ def measure_command(
                 bar.advance(1)
 
         result = run_sweep(config, spec, model=model, batches=batches, seqs=seqs, checkpointing=modes,
-                           device=dev, steps=steps, memory_limit=limit, max_batch=max_batch, on_point=on_point)
+                           device=dev, steps=steps, memory_limit=limit, max_batch=max_batch, on_point=on_point,
+                           snapshot=snapshot, force=force)
+    if snapshot is not None:
+        if result.snapshot is None:
+            err_console.print("no memory snapshot written: no point fits", highlight=False)
+        else:
+            where = str(result.snapshot.memfit) + (f" (the allocator's own: {result.snapshot.cuda})"
+                                                   if result.snapshot.cuda else "")
+            err_console.print(f"memory snapshot of the highest peak written to {where}: open it in "
+                              "https://pytorch.org/memory_viz", highlight=False)
     if plot:
         from memfit.files import atomic_output
         from memfit.report.measure import measure_plot

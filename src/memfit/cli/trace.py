@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memfit.cli._app import JsonFlag, app
-from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
+from memfit.cli._html import ForceOption, HtmlOption, SnapshotOption, check_html, check_snapshot, write_html
 from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import (
     EXIT_DOES_NOT_FIT,
@@ -22,7 +22,7 @@ from memfit.cli._spec_options import (
 )
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
-from memfit.report import console, print_config_import, print_json
+from memfit.report import console, err_console, print_config_import, print_json
 
 TRACE_PHASES = 3  # trace_step says: building the model, creating the optimizer state, tracing one step
 
@@ -38,6 +38,7 @@ def trace_command(
     headroom: HeadroomFlag = None,
     check: CheckFlag = False,
     html: HtmlOption = None,
+    snapshot: SnapshotOption = None,
     force: ForceOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="show third-party warnings (bitsandbytes, "
                                           "transformers) on stderr")] = False,
@@ -47,7 +48,8 @@ def trace_command(
 ) -> None:
     """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
     holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one.
-    With --gpu, whether it fits by the rule memfit estimate prints. Exit codes: 0 an answer, 1 bad input,
+    With --gpu, whether it fits by the rule memfit estimate prints. --snapshot FILE.pickle writes the traced
+    step as a memory snapshot for https://pytorch.org/memory_viz. Exit codes: 0 an answer, 1 bad input,
     2 usage, 3 does not fit (with --check)."""
     quiet_third_party(verbose)
     from dataclasses import replace
@@ -68,6 +70,7 @@ def trace_command(
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     check_trace_spec(spec)
     check_html(html, force)
+    check_snapshot(snapshot, force)
     config = load_config(model)
     check_trace_config(config, spec)
     estimate = _estimate(model, spec, target)
@@ -83,8 +86,14 @@ def trace_command(
             bar.describe(message)
             bar.update(len(seen) - 1, TRACE_PHASES)
 
-        result = trace_step(config, spec, name=model, progress=on_phase)
+        result = trace_step(config, spec, name=model, snapshot=snapshot is not None, progress=on_phase)
     result = replace(result, target=target)
+    if snapshot is not None and result.snapshot is not None:
+        from memfit.runtime.snapshot import write_snapshot
+
+        written = write_snapshot(snapshot, result.snapshot, force=force)
+        err_console.print(f"memory snapshot written to {written}: open it in https://pytorch.org/memory_viz",
+                          highlight=False)
     write_html(html, "trace", trace_json(result, estimate), force)
     if json_out:
         out = trace_json(result, estimate)

@@ -5,7 +5,7 @@ A fresh process per point means no allocator cache, no optimizer state and no fr
 one point into the next. The request is a :class:`WorkerRequest` on stdin::
 
     {"config": {...HF config...}, "spec": {...RunSpec.to_dict()...}, "device": "cpu", "steps": 3,
-     "warmup": 1, "memory_limit": null}
+     "warmup": 1, "memory_limit": null, "snapshot_to": null, "cuda_snapshot_to": null}
 
 and the reply one JSON line on stdout: ``{"ok": true, "result": {...PointResult...}}``, or
 ``{"ok": false, "kind": "memfit"|"crash", "error": "..."}`` (a crash also prints its traceback on stderr).
@@ -39,26 +39,31 @@ class WorkerRequest:
     steps: int = 3
     warmup: int = 1
     memory_limit: int | None = None
+    snapshot_to: str | None = None  # where the worker writes memfit's memory snapshot (a file the parent names)
+    cuda_snapshot_to: str | None = None  # and the allocator's own, on CUDA
 
     def to_json(self) -> str:
         return json.dumps({"config": self.config, "spec": self.spec.to_dict(), "device": self.device,
-                           "steps": self.steps, "warmup": self.warmup, "memory_limit": self.memory_limit})
+                           "steps": self.steps, "warmup": self.warmup, "memory_limit": self.memory_limit,
+                           "snapshot_to": self.snapshot_to, "cuda_snapshot_to": self.cuda_snapshot_to})
 
     @classmethod
     def from_json(cls, text: str) -> WorkerRequest:
         d = json.loads(text)
         return cls(config=d["config"], spec=RunSpec.from_dict(d["spec"]), device=d.get("device", "cpu"),
-                   steps=int(d.get("steps", 3)), warmup=int(d.get("warmup", 1)), memory_limit=d.get("memory_limit"))
+                   steps=int(d.get("steps", 3)), warmup=int(d.get("warmup", 1)), memory_limit=d.get("memory_limit"),
+                   snapshot_to=d.get("snapshot_to"), cuda_snapshot_to=d.get("cuda_snapshot_to"))
 
 
 # ---- client ------------------------------------------------------------------------------------
 
 def measure_in_subprocess(config: dict[str, Any], spec: RunSpec, *, device: str, steps: int, warmup: int = 1,
-                          memory_limit: int | None = None) -> PointResult:
+                          memory_limit: int | None = None, snapshot_to: str | None = None,
+                          cuda_snapshot_to: str | None = None) -> PointResult:
     """Measure one point in a fresh ``python -m memfit.measure.isolation``; a worker the host kills for
     memory is a point that does not fit."""
     request = WorkerRequest(config=config, spec=spec, device=device, steps=steps, warmup=warmup,
-                            memory_limit=memory_limit)
+                            memory_limit=memory_limit, snapshot_to=snapshot_to, cuda_snapshot_to=cuda_snapshot_to)
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -105,7 +110,8 @@ def handle(request: WorkerRequest) -> dict[str, Any]:
         from memfit.measure.point import measure_point
 
         result = measure_point(request.config, request.spec, device=request.device, steps=request.steps,
-                               warmup=request.warmup, memory_limit=request.memory_limit)
+                               warmup=request.warmup, memory_limit=request.memory_limit,
+                               snapshot_to=request.snapshot_to, cuda_snapshot_to=request.cuda_snapshot_to)
         return {"ok": True, "result": result.to_dict()}
     except MemfitError as exc:
         return {"ok": False, "kind": "memfit", "error": str(exc)}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.estimate.category import Category
+from memfit.timeline import TimelinePoint
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -29,6 +30,7 @@ class PointResult:
     loss: float | None = None
     estimate_bytes: int | None = None
     error: str | None = None
+    timeline: tuple[TimelinePoint, ...] = ()  # memory over the tracked steps, downsampled
 
     @property
     def ratio(self) -> float | None:
@@ -44,8 +46,9 @@ class PointResult:
         """``"peak/<category>"`` -> bytes alive at the peak."""
         return {f"peak/{k}": v for k, v in self.by_category.items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, *, timeline: bool = True) -> dict[str, Any]:
+        """JSON-ready; ``timeline=False`` leaves the timeline out (a sweep carries one point's)."""
+        out = {
             "batch": self.batch, "seq": self.seq, "checkpointing": self.checkpointing, "device": self.device,
             "fits": self.fits, "peak_bytes": self.peak_bytes, "reserved_bytes": self.reserved_bytes,
             "tracker_peak_bytes": self.tracker_peak_bytes, "peak_phase": self.peak_phase,
@@ -54,10 +57,14 @@ class PointResult:
             "estimate_bytes": self.estimate_bytes, "ratio": self.ratio,
             "by_category": dict(self.by_category), "phase_peaks": dict(self.phase_peaks), "error": self.error,
         }
+        if timeline and self.timeline:
+            out["timeline"] = [p.to_dict() for p in self.timeline]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PointResult:
         d = {k: v for k, v in d.items() if k != "ratio"}
         d["step_times"] = tuple(d.get("step_times") or ())
         d["by_category"] = {Category(k): int(v) for k, v in (d.get("by_category") or {}).items()}
+        d["timeline"] = tuple(TimelinePoint.from_dict(p) for p in d.get("timeline") or ())
         return cls(**d)

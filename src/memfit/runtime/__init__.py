@@ -6,6 +6,9 @@
 - :mod:`memfit.runtime.tracker`: :class:`~memfit.runtime.tracker.LiveTensorTracker`, live storage bytes by
   category, with the extension points engines and observers use (:mod:`memfit.runtime.events`).
 - :mod:`memfit.runtime.scopes`: which module made a storage, and what autograd saved per module.
+- :mod:`memfit.runtime.timeline`: :class:`~memfit.runtime.timeline.TimelineRecorder`, memory over the step
+  (operator, phase, module, bytes by category at each allocation and free), an observer of the tracker.
+- :mod:`memfit.runtime.snapshot`: the recorded step as a ``torch.cuda.memory._snapshot()`` pickle.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from memfit.runtime.build import (  # noqa: E402
 from memfit.runtime.events import PeakSnapshot, SimulatedOutOfMemoryError, StorageEvent  # noqa: E402
 from memfit.runtime.scopes import ModuleScopes, SavedTensorLedger  # noqa: E402
 from memfit.runtime.step import StepInputs, StepResult, make_optimizer, run_step  # noqa: E402
+from memfit.runtime.timeline import TimelineRecorder  # noqa: E402
 from memfit.runtime.tracker import LiveTensorTracker, optimizer_state_tensors  # noqa: E402
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "StepInputs",
     "StepResult",
     "StorageEvent",
+    "TimelineRecorder",
     "build_meta_model",
     "build_model",
     "fake_model",

@@ -39,9 +39,11 @@ class StorageEvent:
     ``nbytes`` is the change in booked bytes (negative for a free), ``live_bytes`` the total after it; ``op``
     the operator running when it happened (``"aten.mm.default"``; None outside any operator: a tensor
     registered by the caller, most frees); ``phase`` and ``tag`` as the tracker had them. ``storage``
-    identifies the storage while it lives. A free is reported from the storage's finalizer: an observer
-    must not touch tensors there (:meth:`LiveTensorTracker.snapshot`, the bytes alive by category, is safe:
-    the tracker takes its own snapshots there).
+    identifies the storage while it lives. ``size`` is the change in the storage's own bytes (``nbytes`` less any
+    ``booked_size`` rounding: what a program asks the allocator for) and ``category`` the category the tracker books
+    the storage under after the change (for a free, the one it had). A free is reported from the storage's
+    finalizer: an observer must not touch tensors there (:meth:`LiveTensorTracker.snapshot`, the bytes alive by
+    category, is safe: the tracker takes its own snapshots there).
     """
 
     kind: Literal["alloc", "free", "resize"]
@@ -51,6 +53,19 @@ class StorageEvent:
     phase: str
     tag: str | None
     op: str | None
+    size: int = 0
+    category: Category | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LiveStorage:
+    """A storage alive now: its booked bytes, its own bytes, its category and the tag it was counted with."""
+
+    storage: int
+    nbytes: int
+    size: int
+    category: Category
+    tag: str | None
 
 
 StorageObserver = Callable[[StorageEvent], None]

@@ -41,7 +41,9 @@ Extension points (the trace engine uses them; so can a timeline recorder or a Tr
 each up to 512 B); ``ignore_storage(storage)``, storages that live elsewhere on the target (the optimizer's
 host-side step counters on CUDA); :meth:`subscribe`, a :class:`StorageEvent` per storage counted, freed or
 resized (operator, phase, tag, live bytes after) and each phase entered or returned to; :meth:`set_phase`
-for callers that cannot wrap a step in :meth:`phase`; :meth:`snapshot`, what is alive now, by category.
+for callers that cannot wrap a step in :meth:`phase`; :meth:`snapshot`, what is alive now, by category;
+:meth:`live_by_category`, the same bytes kept up to date at every change (cheap enough to read at each event:
+a timeline recorder does, :mod:`memfit.runtime.timeline`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from torch.utils._pytree import tree_flatten
 
 from memfit.estimate.category import Category
 from memfit.runtime.events import (
+    LiveStorage,
     PeakSnapshot,
     PhaseObserver,
     SimulatedOutOfMemoryError,
@@ -67,8 +70,8 @@ from memfit.runtime.events import (
     StorageObserver,
 )
 
-__all__ = ["TRACKED_CATEGORIES", "LiveTensorTracker", "PeakSnapshot", "SimulatedOutOfMemoryError", "StorageEvent",
-           "optimizer_state_tensors"]
+__all__ = ["TRACKED_CATEGORIES", "LiveStorage", "LiveTensorTracker", "PeakSnapshot", "SimulatedOutOfMemoryError",
+           "StorageEvent", "optimizer_state_tensors"]
 
 TRACKED_CATEGORIES: tuple[Category, ...] = tuple(c for c in Category if c not in (Category.INPUTS,
                                                                                   Category.UNTRACKED))
@@ -80,7 +83,8 @@ _PRIM_DEVICE = torch.ops.prim.device.default  # a device query: allocates nothin
 
 @dataclass(slots=True)
 class _Storage:
-    nbytes: int
+    nbytes: int  # booked bytes
+    size: int  # the storage's own bytes (what a program asked the allocator for)
     phase: str
     hint: Category | None  # LOGITS for vocabulary-shaped tensors
     tag: str | None
@@ -145,6 +149,13 @@ class LiveTensorTracker(TorchDispatchMode):
         self._on_storage: list[StorageObserver] = []
         self._on_phase: list[PhaseObserver] = []
         self._op: Any = None  # the operator whose outputs are being counted
+        # the category ledger: each live storage's category now and the bytes per category, kept by the same
+        # rule as _snapshot at every change, so live_by_category() is O(categories) (optimizer state is found
+        # by scanning optimizer.state only after an allocation outside forward/backward, where state is made)
+        self._cat: dict[int, Category] = {}
+        self._cat_bytes: dict[Category, int] = dict.fromkeys(TRACKED_CATEGORIES, 0)
+        self._opt_uids: set[int] = set()
+        self._opt_dirty = False
 
     # ---- registration ------------------------------------------------------------------------
     def track_model(self, model: torch.nn.Module) -> None:
@@ -243,6 +254,22 @@ class LiveTensorTracker(TorchDispatchMode):
         """What is alive now, by category (``peak_bytes`` is the live bytes now)."""
         return self._snapshot()[0]
 
+    def live_by_category(self) -> dict[Category, int]:
+        """The bytes alive now by category: :meth:`snapshot`'s ``by_category``, from a ledger kept at every
+        change instead of a scan of every live storage (so an observer may read it at each event)."""
+        if self._opt_dirty:
+            self._refresh_optimizer_uids()
+        return dict(self._cat_bytes)
+
+    def live_storages(self) -> list[LiveStorage]:
+        """Every storage alive now, in the order it was counted."""
+        return [LiveStorage(storage=uid, nbytes=rec.nbytes, size=rec.size, category=self._cat[uid], tag=rec.tag)
+                for uid, rec in self._live.items()]
+
+    def category_of(self, storage: int) -> Category | None:
+        """The category a live storage (a :class:`StorageEvent`'s ``storage``) is booked under now."""
+        return self._cat.get(storage)
+
     def booked_bytes(self, t: torch.Tensor) -> int:
         """The bytes this tracker books for ``t``'s storage: ``booked_size`` of its size, 0 if ignored."""
         storage = self._storage(t)
@@ -305,11 +332,14 @@ class LiveTensorTracker(TorchDispatchMode):
         uid = self._uid(storage)
         if uid is not None:
             rec = self._live[uid]
-            nbytes = self._booked(int(storage.nbytes()))
+            size = int(storage.nbytes())
+            nbytes = self._booked(size)
             if nbytes != rec.nbytes:  # resized in place (resize_, set_)
                 delta, rec.nbytes = nbytes - rec.nbytes, nbytes
+                size_delta, rec.size = size - rec.size, size
+                self._cat_bytes[self._cat[uid]] += delta
                 self._add(delta)
-                self._notify("resize", uid, delta)
+                self._notify("resize", uid, delta, size_delta)
                 self._check_limit(delta)
             return uid
         if self.ignore_storage is not None and self.ignore_storage(storage):
@@ -317,22 +347,29 @@ class LiveTensorTracker(TorchDispatchMode):
         hint = (Category.LOGITS if (self._in_head and self.vocab and t.dim() >= 1 and t.shape[-1] == self.vocab)
                 else None)
         uid = next(self._ids)
-        rec = _Storage(nbytes=self._booked(int(storage.nbytes())), phase=self._phase, hint=hint, tag=self.tag)
+        size = int(storage.nbytes())
+        rec = _Storage(nbytes=self._booked(size), size=size, phase=self._phase, hint=hint, tag=self.tag)
         rec.ref = weakref.ref(storage)
         self._live[uid] = rec
         self._by_storage[id(storage)] = uid
         weakref.finalize(storage, self._free, uid, id(storage)).atexit = False
+        if self._optimizers and self._phase not in ("forward", "backward"):
+            self._opt_dirty = True  # the optimizer makes its state in its step: look for it at the next read
+        cat = self._classify(uid, rec)
+        self._cat[uid] = cat
+        self._cat_bytes[cat] += rec.nbytes
         self._add(rec.nbytes)
-        self._notify("alloc", uid, rec.nbytes)
+        self._notify("alloc", uid, rec.nbytes, size)
         self._check_limit(rec.nbytes)
         return uid
 
-    def _notify(self, kind: Literal["alloc", "free", "resize"], uid: int, nbytes: int) -> None:
+    def _notify(self, kind: Literal["alloc", "free", "resize"], uid: int, nbytes: int, size: int,
+                category: Category | None = None) -> None:
         if not self._on_storage:
             return
         op = None if self._op is None else str(self._op)
         event = StorageEvent(kind=kind, storage=uid, nbytes=nbytes, live_bytes=self.live_bytes, phase=self._phase,
-                             tag=self.tag, op=op)
+                             tag=self.tag, op=op, size=size, category=category or self._cat.get(uid))
         for observer in self._on_storage:
             observer(event)
 
@@ -340,6 +377,50 @@ class LiveTensorTracker(TorchDispatchMode):
         uid = self._see(t)
         if uid is not None:
             self._registered[uid] = category
+            if category is Category.OPTIMIZER:
+                self._opt_dirty = True
+            self._reclassify(uid)
+
+    def _classify(self, uid: int, rec: _Storage) -> Category:
+        """A live storage's category now: :meth:`_snapshot`'s rule, with the cached optimizer-state uids."""
+        cat = self._registered.get(uid)
+        if cat is None or cat in (Category.GRADIENTS, Category.OPTIMIZER):
+            if uid in self._grad_uids:
+                return Category.GRADIENTS
+            if uid in self._opt_uids:
+                return Category.OPTIMIZER
+            if cat is None:
+                return rec.hint or (Category.ACTIVATIONS if rec.phase in ("forward", "setup")
+                                    else Category.TEMPORARIES)
+        return cat
+
+    def _reclassify(self, uid: int) -> None:
+        rec = self._live.get(uid)
+        if rec is None:
+            return
+        new, old = self._classify(uid, rec), self._cat.get(uid)
+        if new is not old:
+            if old is not None:
+                self._cat_bytes[old] -= rec.nbytes
+            self._cat[uid] = new
+            self._cat_bytes[new] += rec.nbytes
+
+    def _refresh_optimizer_uids(self) -> None:
+        self._opt_dirty = False
+        found: set[int] = set()
+        for oref in self._optimizers:
+            o = oref()
+            if o is None:
+                continue
+            for t in optimizer_state_tensors(o):
+                s = self._storage(t)
+                uid = self._uid(s) if s is not None else None
+                if uid is not None:
+                    found.add(uid)
+        changed = found ^ self._opt_uids
+        self._opt_uids = found
+        for uid in changed:
+            self._reclassify(uid)
 
     def _add(self, nbytes: int) -> None:
         self.live_bytes += nbytes
@@ -364,8 +445,11 @@ class LiveTensorTracker(TorchDispatchMode):
             del self._by_storage[storage_id]
         self._registered.pop(uid, None)
         self._grad_uids.discard(uid)
+        self._opt_uids.discard(uid)
+        cat = self._cat.pop(uid)
+        self._cat_bytes[cat] -= rec.nbytes
         self.live_bytes -= rec.nbytes
-        self._notify("free", uid, -rec.nbytes)
+        self._notify("free", uid, -rec.nbytes, -rec.size, cat)
 
     def _flush(self) -> None:
         """Take the pending snapshots: live bytes are at a (phase) peak right now."""
@@ -383,6 +467,7 @@ class LiveTensorTracker(TorchDispatchMode):
         uid = self._see(grad)
         if uid is not None:
             self._grad_uids.add(uid)
+            self._reclassify(uid)
 
     def _snapshot(self) -> tuple[PeakSnapshot, list[tuple[int, Category, str | None]]]:
         grads = {uid for uid in self._grad_uids if uid in self._live}

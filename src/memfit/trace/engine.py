@@ -12,7 +12,10 @@ Procedure (:func:`trace_step`), the same as ``memfit measure`` with the tensors 
    target the tracker books each storage in 512-byte blocks and skips the optimizer's host-side step
    counters: its ``booked_size`` and ``ignore_storage``);
 4. the peak, its phase, and what is alive at it by category and by module come from the tracker; the
-   bytes autograd saves for backward per block come from a ``saved_tensors_hooks`` ledger.
+   bytes autograd saves for backward per block come from a ``saved_tensors_hooks`` ledger; memory over the
+   step (each event's operator, phase, module and bytes by category) from a
+   :class:`~memfit.runtime.timeline.TimelineRecorder` on the tracker, downsampled for the JSON, and with
+   ``snapshot=True`` every event, as a memory snapshot (:mod:`memfit.runtime.snapshot`).
 
 Why one step with warm state equals the peak over measure's two steps: the steps allocate the same
 activations and gradients; the only difference is the optimizer state, which the second step holds
@@ -42,6 +45,7 @@ import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -53,8 +57,11 @@ from memfit.estimate.fits import reserved_bytes
 from memfit.estimate.spec import RunSpec
 from memfit.runtime.build import fake_model
 from memfit.runtime.scopes import ModuleScopes, SavedTensorLedger, layer_index
+from memfit.runtime.snapshot import memory_snapshot
 from memfit.runtime.step import make_optimizer, make_scaler, run_step
+from memfit.runtime.timeline import TimelineRecorder
 from memfit.runtime.tracker import TRACKED_CATEGORIES, LiveTensorTracker, optimizer_state_tensors
+from memfit.timeline import downsample
 from memfit.trace.cuda import (
     CudaAutocastFloat32,
     CudaDropout,
@@ -115,11 +122,12 @@ def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
 
 
 def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None,
-               progress: Progress | None = None) -> TraceResult:
+               progress: Progress | None = None, snapshot: bool = False) -> TraceResult:
     """Trace the steady-state training step of ``config`` under ``spec`` on fake tensors (module docstring).
 
     ``spec.device`` chooses the prediction: ``"cpu"`` is what a CPU step's live tensors hold; ``"cuda"``
-    corrects the CPU kernels to the CUDA ones (:mod:`memfit.trace.cuda`).
+    corrects the CPU kernels to the CUDA ones (:mod:`memfit.trace.cuda`). ``snapshot=True`` also builds the
+    memory snapshot (``TraceResult.snapshot``, not part of the JSON).
     """
     from memfit.estimate.shape import language_config
 
@@ -152,6 +160,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     tracker.track_optimizer(optimizer)
     scopes = ModuleScopes(model, tracker)
     ledger = SavedTensorLedger.for_model(model, scopes)
+    recorder = TimelineRecorder(tracker, model=model, keep_events=snapshot)
     t1 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(warnings.catch_warnings())
@@ -169,9 +178,12 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
         with ledger:
             run_step(model, build_spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
                      device="cpu", tracker=tracker, scaler=scaler)
+        recorder.close()
     step_seconds = time.perf_counter() - t1
-    return _result(config, spec, model, optimizer, tracker, ledger, name=name, build_seconds=build_seconds,
-                   step_seconds=step_seconds)
+    result = _result(config, spec, model, optimizer, tracker, ledger, name=name, build_seconds=build_seconds,
+                     step_seconds=step_seconds)
+    memory = memory_snapshot(recorder.initial, recorder.events, recorder.final) if snapshot else None
+    return replace(result, timeline=tuple(downsample(recorder.points)), snapshot=memory)
 
 
 def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, optimizer: Any,

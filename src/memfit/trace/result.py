@@ -5,8 +5,9 @@ Plain data (no torch), so reports and other engines read it without importing to
 ``to_dict()`` has every key of ``MemoryEstimate.to_dict()`` (``spec``, ``peak_bytes``, ``peak_phase``,
 ``components``, ``model_states``, ``reserved_bytes``, ``gpu_bytes``, ``fits``), so the three engines
 compare key by key, and adds ``engine: "trace"``, ``per_module`` (who holds the activations alive at
-the peak), ``per_layer_peak``, ``saved_for_backward`` (bytes autograd saved per block, unique storages)
-and ``timing``.
+the peak), ``per_layer_peak``, ``saved_for_backward`` (bytes autograd saved per block, unique storages),
+``timeline`` (memory over the step: ``[{"t", "phase", "module", "op", "bytes_by_category"}]``, at most
+:data:`memfit.timeline.MAX_TIMELINE_POINTS` points, the peak among them) and ``timing``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from memfit.estimate.category import Category
 from memfit.estimate.fits import FitVerdict, Target
 from memfit.estimate.spec import RunSpec
+from memfit.timeline import TimelinePoint
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,6 +61,8 @@ class TraceResult:
     step_seconds: float
     reserved_bytes: int | None = None
     target: Target | None = None  # --gpu and --headroom, what the step is judged against
+    timeline: tuple[TimelinePoint, ...] = ()
+    snapshot: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # not in the JSON
 
     @property
     def gpu_bytes(self) -> int | None:
@@ -110,5 +114,6 @@ class TraceResult:
             "per_layer_peak": {str(k): v for k, v in self.per_layer_peak.items()},
             "saved_for_backward": {"total": self.saved_total, "by_layer": dict(self.saved_by_layer),
                                    "by_module": dict(self.saved_by_module)},
+            "timeline": [p.to_dict() for p in self.timeline],
             "timing": {"build_seconds": round(self.build_seconds, 3), "step_seconds": round(self.step_seconds, 3)},
         }

@@ -32,6 +32,16 @@ def load(command: str, *, legacy: bool = False) -> dict[str, Any]:
     return data
 
 
+def timeline_peak_paths(d: dict[str, Any]) -> set[tuple[Any, ...]]:
+    """The categories of the timeline's highest point (the first of equals), listed as alive at the peak."""
+    timeline = d.get("timeline") or []
+    if not timeline:
+        return set()
+    totals = [sum(p["bytes_by_category"].values()) for p in timeline]
+    i = totals.index(max(totals))
+    return {("timeline", i, "bytes_by_category", c) for c, v in timeline[i]["bytes_by_category"].items() if v}
+
+
 def required_paths(command: str, d: dict[str, Any]) -> set[tuple[Any, ...]]:
     """The figures each page must show (so the figure check cannot pass on an empty page)."""
     if command == "estimate":
@@ -46,13 +56,14 @@ def required_paths(command: str, d: dict[str, Any]) -> set[tuple[Any, ...]]:
         paths = {("peak_bytes",), ("reserved_bytes",), ("gpu_bytes",), ("estimate", "peak_bytes"),
                  ("saved_for_backward", "total"), ("saved_for_backward", "by_layer", "layer 0")}
         paths |= {("components", k) for k, v in d["components"].items() if v}
-        paths |= {("phase_peaks", k) for k in d["phase_peaks"]}
+        paths |= timeline_peak_paths(d) if d.get("timeline") else {("phase_peaks", k) for k in d["phase_peaks"]}
     elif command == "measure":
         paths = {("runs", i, "peak_bytes") for i, r in enumerate(d["runs"]) if r["fits"]}
         paths |= {("peak_vs_batch", i, "r2") for i in range(len(d["peak_vs_batch"]))}
         paths |= {("peak_vs_batch", i, "slope_bytes_per_sample") for i in range(len(d["peak_vs_batch"]))}
         paths |= {("checkpointing_trade", i, k) for i in range(len(d["checkpointing_trade"]))
                   for k in ("saved_bytes", "fraction_saved", "slowdown")}
+        paths |= timeline_peak_paths(d)
     elif command == "fit":
         paths = {("initial", "peak_bytes"), ("budget_bytes",), ("final", "peak_bytes"), ("cheapest", "peak_bytes")}
         paths |= {("steps", i, k) for i in range(len(d["steps"])) for k in ("peak_bytes", "saved_bytes")}

@@ -29,6 +29,8 @@ def test_report_in_chromium(chromium: Chromium, command: str, tmp_path: Path) ->
     assert wide.requests == [url]  # nothing fetched: no CDN, no font, no image
     missing = required_paths(command, d) - set(dom_figures.check(wide.dom, d))
     assert not missing, f"figures missing from the {command} DOM: {sorted(missing)}"
+    if d.get("timeline"):  # an engine's recorded timeline: the whole step, then every point around its peak
+        assert "t (allocation events)" in wide.dom and "Close-up of events" in wide.dom
     assert wide.scroll_width <= wide.client_width
     assert wide.png[:8] == b"\x89PNG\r\n\x1a\n"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from memfit.report.html.geometry import (
 )
 from memfit.report.html.histogram import cdf_points
 from memfit.report.html.sweep import LineFit, fit_line
-from memfit.report.html.timeline import moments_series, phase_runs, timeline_series
+from memfit.report.html.timeline import moments_series, peak_zoom, phase_runs, timeline_series
 
 
 def test_linear_scale_maps_ends_and_midpoints() -> None:
@@ -159,3 +159,19 @@ def test_a_long_timeline_keeps_its_ends_and_its_peak() -> None:
     assert len(s.segments) == 600 and s.dropped == 4400
     assert s.segments[0].x0 == 0 and s.segments[-1].x0 == 4999
     assert s.segments[s.peak_index].total == 10_000 and s.paths[s.peak_index] == ("timeline", 1234, "bytes_by_category")
+
+
+def test_each_bucket_is_drawn_at_its_highest_point_across_the_bucket_and_the_peak_has_a_close_up() -> None:
+    """5,000 events, one 10 kB burst at event 1,234 over a floor below 97 B: drawn with 600 points, the burst
+    spans its whole bucket (events 1 + 4,998 x b // 598 onwards, 8 or 9 of them), not the one event it was
+    recorded at, so it stays visible; the close-up draws the 81 recorded points around it, paths unchanged."""
+    events = [{"t": i, "phase": "forward", "module": "m",
+               "bytes_by_category": {"activations": 10_000 if i == 1234 else i % 97}} for i in range(5000)]
+    s = timeline_series(events)
+    peak = s.segments[s.peak_index]
+    b = (1234 - 1) * 598 // 4998  # the bucket holding event 1,234
+    assert peak.x0 == 1 + b * 4998 // 598 <= 1234 and peak.x1 == 1 + (b + 1) * 4998 // 598 > 1234
+    zoom = peak_zoom(events)
+    assert zoom is not None and len(zoom.segments) == 81 and zoom.segments[0].x0 == 1234 - 40
+    assert zoom.paths[zoom.peak_index] == ("timeline", 1234, "bytes_by_category")
+    assert peak_zoom(events[:100]) is None  # short enough to read whole

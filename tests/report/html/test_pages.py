@@ -175,4 +175,22 @@ def test_measure_page_reads_json_written_before_the_runtime_split() -> None:
     assert {("fits", i, "r2") for i in range(len(old["fits"]))} <= seen
     assert "verdict 0" in html
     new = render_page(d)
-    assert "saves 32% for 93% more time: take it only if the run does not fit without it" in new
+    assert "saves 32% for 28% more time: take it<" in new  # advice "take"
+    assert "saves 42% for 363% more time: take it only if the run does not fit without it" in new  # "only_to_fit"
+
+
+@pytest.mark.parametrize("command", ["trace", "measure"])
+def test_trace_and_measure_pages_draw_the_engines_recorded_timeline(command: str) -> None:
+    """The fixtures are real outputs with the engines' timelines: the page draws memory over the step from the
+    timeline (not the trace's per-phase bars), and the highest point it lists as alive at the peak is the
+    run's measured or traced peak, every category tied to the JSON."""
+    d = load(command)
+    html = render_page(d)
+    peak = d["peak_bytes"] if command == "trace" else d["runs"][d["timeline_run"]["index"]]["peak_bytes"]
+    totals = [sum(p["bytes_by_category"].values()) for p in d["timeline"]]
+    assert max(totals) == peak and len(totals) <= 2000
+    assert "t (allocation events)" in html and "Peak of each phase" not in html
+    assert {p["phase"] for p in d["timeline"]} >= {"forward", "loss", "backward", "optimizer"}
+    i = totals.index(peak)
+    checked = set(dom_figures.check(html, d))
+    assert {("timeline", i, "bytes_by_category", c) for c in d["timeline"][i]["bytes_by_category"]} <= checked

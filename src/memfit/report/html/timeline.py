@@ -97,8 +97,9 @@ def moments_series(moments: Mapping[str, Any] | Sequence[Mapping[str, Any]], key
 
 
 def timeline_series(timeline: Sequence[Mapping[str, Any]], key: str = "timeline",
-                    limit: int = MAX_POINTS) -> StepSeries:
-    """An engine's ``timeline`` list, at most ``limit`` points (the highest of each bucket kept).
+                    limit: int = MAX_POINTS, offset: int = 0) -> StepSeries:
+    """An engine's ``timeline`` list, at most ``limit`` points (the highest of each bucket kept); ``offset``: the
+    list is ``d[key][offset:]`` (its JSON paths count from there).
 
     >>> s = timeline_series([{"t": 0, "phase": "forward", "module": "m", "bytes_by_category": {"weights_frozen": 4}},
     ...                      {"t": 1, "phase": "backward", "module": "m", "bytes_by_category": {"activations": 6}}])
@@ -109,11 +110,18 @@ def timeline_series(timeline: Sequence[Mapping[str, Any]], key: str = "timeline"
         raise MemfitError(f"'{key}' must be a non-empty list of {{t, phase, module, bytes_by_category}}")
     totals = [sum(int(v) for v in p["bytes_by_category"].values()) for p in timeline]
     if len(totals) > limit:  # the first and last events always (the chart spans the whole step), the rest by bucket
-        keep = [0, *(i + 1 for i in downsample_max(totals[1:-1], limit - 2)), len(totals) - 1]
+        keep, starts = [0], [0]
+        for lo, i in bucket_highs(totals[1:-1], limit - 2):
+            keep.append(i + 1)
+            starts.append(lo + 1)
+        keep.append(len(totals) - 1)
+        starts.append(len(totals) - 1)
     else:
-        keep = list(range(len(totals)))
+        keep = starts = list(range(len(totals)))
     chosen = [timeline[i] for i in keep]
-    times = [float(p["t"]) for p in chosen]
+    # each bucket's highest point is drawn across the whole bucket (from its first event), so a short burst
+    # (the logits, alive for a few dozen of thousands of events) keeps the width of its bucket
+    times = [float(timeline[i]["t"]) for i in starts]
     if any(b < a for a, b in zip(times, times[1:], strict=False)):
         raise MemfitError(f"'{key}' must be in time order (t increasing)")
     parts = [{str(c): int(v) for c, v in p["bytes_by_category"].items()} for p in chosen]
@@ -122,7 +130,45 @@ def timeline_series(timeline: Sequence[Mapping[str, Any]], key: str = "timeline"
                       labels=tuple(f"{p.get('phase', '')}: {p.get('module', '')}" for p in chosen),
                       phases=tuple(str(p.get("phase", "")) for p in chosen),
                       modules=tuple(str(p.get("module", "")) for p in chosen),
-                      paths=tuple((key, i, "bytes_by_category") for i in keep), dropped=len(timeline) - len(keep))
+                      paths=tuple((key, i + offset, "bytes_by_category") for i in keep),
+                      dropped=len(timeline) - len(keep))
+
+
+ZOOM_AROUND = 40  # timeline points either side of the peak in the close-up
+
+
+def peak_zoom(timeline: Sequence[Mapping[str, Any]], key: str = "timeline",
+              around: int = ZOOM_AROUND) -> StepSeries | None:
+    """The points around the timeline's highest one, every one drawn, for a close-up: a burst that lives for a
+    few dozen of thousands of events (the logits and their gradient) is a sliver on the whole step's axis.
+    None when the whole timeline is short enough to read already.
+
+    >>> tl = [{"t": i, "phase": "forward", "bytes_by_category": {"activations": 100 - abs(i - 300)}}
+    ...       for i in range(400)]
+    >>> z = peak_zoom(tl, around=5)
+    >>> (len(z.segments), z.paths[0], z.segments[z.peak_index].total)
+    (11, ('timeline', 295, 'bytes_by_category'), 100)
+    """
+    if len(timeline) <= 4 * around:
+        return None
+    totals = [sum(int(v) for v in p["bytes_by_category"].values()) for p in timeline]
+    peak = max(range(len(totals)), key=lambda i: (totals[i], -i))
+    lo, hi = max(0, peak - around), min(len(timeline), peak + around + 1)
+    return timeline_series(timeline[lo:hi], key, limit=hi - lo, offset=lo)
+
+
+def bucket_highs(totals: Sequence[int], limit: int) -> list[tuple[int, int]]:
+    """``(first index, index of the highest)`` of each bucket :func:`downsample_max` cuts.
+
+    >>> bucket_highs([1, 5, 2, 2, 9, 1, 3, 4], 3)
+    [(0, 1), (2, 4), (5, 7)]
+    """
+    n = len(totals)
+    if n <= limit:
+        return [(i, i) for i in range(n)]
+    highs = downsample_max(totals, limit)
+    starts = [b * n // limit for b in range(limit) if (b + 1) * n // limit > b * n // limit]
+    return list(zip(starts, highs, strict=True))
 
 
 def phase_runs(phases: Sequence[str]) -> list[tuple[str, int, int]]:

@@ -8,10 +8,17 @@ from typing import Any
 from memfit.errors import MemfitError
 from memfit.report.html.axis import Capacity
 from memfit.report.html.figures import JsonPath, exact, figure, human
-from memfit.report.html.markup import Html, el
+from memfit.report.html.markup import Html, el, join
 from memfit.report.html.page import section, table
 from memfit.report.html.palette import colour, label, ordered
-from memfit.report.html.timeline import StepSeries, moments_series, series_rows, step_chart, timeline_series
+from memfit.report.html.timeline import (
+    StepSeries,
+    moments_series,
+    peak_zoom,
+    series_rows,
+    step_chart,
+    timeline_series,
+)
 
 
 def spec_summary(spec: Mapping[str, Any] | None) -> str:
@@ -95,6 +102,11 @@ def fits_text(fits: bool | None, spare: int | None) -> tuple[str, str | None]:
     return (f"short by {human(-spare)}", "bad")
 
 
+def recorded_timeline(d: Mapping[str, Any], cap: Capacity | None, *, title: str) -> Html:
+    """The memory-over-the-step section of an engine's recorded ``timeline``, with a close-up of the peak."""
+    return over_the_step(timeline_series(d["timeline"]), cap, title=title, zoom=peak_zoom(d["timeline"]))
+
+
 def step_series(d: Mapping[str, Any]) -> StepSeries | None:
     """The engine's ``timeline`` when the JSON has one, else its step ``moments``, else None."""
     if d.get("timeline"):
@@ -119,13 +131,20 @@ def phase_highs(series: StepSeries) -> list[tuple[str, int, int]]:
 
 
 def over_the_step(series: StepSeries, cap: Capacity | None, *, title: str,
-                  peak_components: tuple[Mapping[str, int], JsonPath, int, JsonPath] | None = None) -> Html:
+                  peak_components: tuple[Mapping[str, int], JsonPath, int, JsonPath] | None = None,
+                  zoom: StepSeries | None = None) -> Html:
     """The memory-over-the-step section: the chart, then a table of the moments (or, for a timeline, of each
     phase's highest point) and what is alive at the peak by category.
 
     ``peak_components`` (parts, their JSON path, the peak, its path) lists the peak's categories when the
-    series has totals only (the estimate's moments today: its components are the peak moment's)."""
+    series has totals only (the estimate's moments today: its components are the peak moment's). ``zoom``: a
+    close-up of the events around the peak, drawn under the whole step (:func:`peak_zoom`)."""
     chart = step_chart(series, cap, title)
+    if zoom is not None:
+        first, last = zoom.segments[0].x0, zoom.segments[-1].x0
+        title_zoom = f"close-up: events {first:,.0f} to {last:,.0f}, around the peak"
+        chart = join([chart, el("p", f"Close-up of events {first:,.0f} to {last:,.0f}, around the peak, every "
+                                     "point drawn:", class_="note"), step_chart(zoom, cap, title_zoom)])
     peak_i = series.peak_index
     peak_label = series.labels[peak_i]
     if series.kind == "moments":
@@ -134,7 +153,7 @@ def over_the_step(series: StepSeries, cap: Capacity | None, *, title: str,
                        caption="each moment")
     else:
         points = table(["phase", "highest at", "bytes", "GiB"],
-                       [[p, series.modules[i] or "-", exact(v), human(v)]
+                       [[p, el("code", series.modules[i]) if series.modules[i] else "-", exact(v), human(v)]
                         for p, i, v in phase_highs(series)], numeric=(2, 3), caption="each phase's highest point")
     parts = series.segments[peak_i].parts
     if set(parts) == {"total"} and peak_components is not None:
@@ -148,6 +167,7 @@ def over_the_step(series: StepSeries, cap: Capacity | None, *, title: str,
         what = ("The estimate's moments of the step: the forward at the loss, the backward at the loss, through "
                 "lm_head, the last and the first decoder block, the embeddings, and the optimizer step.")
     else:
-        what = "Live bytes by category at each allocation and free of the step."
+        what = ("Live bytes by category at each allocation and free of the step, as the engine recorded them "
+                "(the forward until the output layer, the loss after it, the backward, the optimizer step).")
     return section("Memory over the step", chart, el("div", [points, alive], class_="two"),
                    lead=what + " The peak is marked; hover the chart for exact bytes.")

@@ -14,10 +14,9 @@ from memfit.report.html.budget import BarRow, BudgetChart, budget_chart
 from memfit.report.html.figures import figure, human
 from memfit.report.html.markup import Html, el
 from memfit.report.html.page import kpi, page, section, table
-from memfit.report.html.pages._common import gpu_capacity, over_the_step, require, spec_summary
+from memfit.report.html.pages._common import gpu_capacity, recorded_timeline, require, spec_summary
 from memfit.report.html.palette import SERIES
 from memfit.report.html.sweep import LineFit, SweepSeries, sweep_chart
-from memfit.report.html.timeline import timeline_series
 from memfit.report.measure import trade_verdict
 
 
@@ -63,7 +62,9 @@ def measure_page(d: Mapping[str, Any], source: str | None = None) -> str:
     if d.get("max_batch"):
         sections.append(_max_batch(d["max_batch"]))
     if d.get("timeline"):
-        sections.insert(0, over_the_step(timeline_series(d["timeline"]), cap, title="live bytes through the step"))
+        run = d.get("timeline_run") or {}
+        which = (f" of b{run['batch']} s{run['seq']} {run['checkpointing']}, the highest peak" if run else "")
+        sections.insert(0, recorded_timeline(d, cap, title=f"live bytes through the tracked steps{which}"))
     return page(command="measure", title=f"memfit measure: {d.get('model', '?')}",
                 subtitle=[spec_summary({**spec, "batch": "/".join(sorted({str(r['batch']) for r in runs}, key=int)),
                                         "seq": "/".join(sorted({str(r['seq']) for r in runs}, key=int)),

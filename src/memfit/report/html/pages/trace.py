@@ -17,12 +17,11 @@ from memfit.report.html.pages._common import (
     category_table,
     fits_text,
     gpu_capacity,
-    over_the_step,
+    recorded_timeline,
     require,
     spec_summary,
 )
 from memfit.report.html.palette import colour, label, ordered
-from memfit.report.html.timeline import timeline_series
 
 _BLOCK = re.compile(rf"((?:^|\.)(?:{'|'.join(block_containers())}))\.\d+(?=\.|$)")
 _LAYER = re.compile(r"^layer (\d+)$")
@@ -132,7 +131,7 @@ def _versus(traced: Mapping[str, int], estimated: Mapping[str, int], peak: int, 
 
 def _over_the_step(d: Mapping[str, Any], cap: Any) -> Html:
     if d.get("timeline"):
-        return over_the_step(timeline_series(d["timeline"]), cap, title="live bytes through the traced step")
+        return recorded_timeline(d, cap, title="live bytes through the traced step")
     phases = d.get("phase_peaks") or {}
     bars = [Bar(p, int(v)) for p, v in phases.items()]
     return section(
