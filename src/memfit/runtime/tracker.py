@@ -25,10 +25,9 @@ category               storages
                        activations, recomputed checkpoints, the optimizer's foreach buffers)
 =====================  ==================================================================================
 
-Classification of gradients and optimizer state is done when a snapshot is taken (grads are attached to
-``.grad`` by autograd after their storage was allocated), so the peak snapshot is exact at the moment
-of the peak. The peak is reached just before the first free after a run of allocations, so a snapshot
-is taken lazily at that free, not on every allocation.
+Gradients and optimizer state are classified when they become known (:mod:`memfit.runtime.ledger`), so the
+peak snapshot is exact at the moment of the peak. The peak is reached just before the first free after a run
+of allocations, so a snapshot is taken lazily at that free, not on every allocation.
 
 Worked example (fp32, one ``nn.Linear(4, 8)``, input ``(2, 4)``): weights 4*8*4 + 8*4 = 160 B; the
 output ``(2, 8)`` is 64 B; ``live_bytes`` after the forward = 160 + 32 (input, created outside) + 64.
@@ -53,7 +52,6 @@ import functools
 import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -69,26 +67,12 @@ from memfit.runtime.events import (
     StorageEvent,
     StorageObserver,
 )
+from memfit.runtime.ledger import TRACKED_CATEGORIES, CategoryLedger, StorageRecord, optimizer_state_tensors
 
 __all__ = ["TRACKED_CATEGORIES", "LiveStorage", "LiveTensorTracker", "PeakSnapshot", "SimulatedOutOfMemoryError",
            "StorageEvent", "optimizer_state_tensors"]
 
-TRACKED_CATEGORIES: tuple[Category, ...] = tuple(c for c in Category if c not in (Category.INPUTS,
-                                                                                  Category.UNTRACKED))
-"""What the tracker tells apart. The input ids are made inside the step, so they count with the forward's
-activations; ``untracked`` is what a device counter sees beyond tensors (measure adds it on CUDA)."""
-
 _PRIM_DEVICE = torch.ops.prim.device.default  # a device query: allocates nothing (a third of all fake calls)
-
-
-@dataclass(slots=True)
-class _Storage:
-    nbytes: int  # booked bytes
-    size: int  # the storage's own bytes (what a program asked the allocator for)
-    phase: str
-    hint: Category | None  # LOGITS for vocabulary-shaped tensors
-    tag: str | None
-    ref: Any = None
 
 
 class LiveTensorTracker(TorchDispatchMode):
@@ -126,10 +110,9 @@ class LiveTensorTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self._phase = "setup"
-        self._live: dict[int, _Storage] = {}
+        self._live: dict[int, StorageRecord] = {}
         self._ids = itertools.count()
         self._by_storage: dict[int, int] = {}  # id(storage object) -> uid, while alive
-        self._registered: dict[int, Category] = {}  # uid -> registered category
         self._optimizers: list[weakref.ref[Any]] = []
         self._pending = False
         self.peak = PeakSnapshot(peak_bytes=0, phase="setup", by_category=dict.fromkeys(TRACKED_CATEGORIES, 0))
@@ -139,22 +122,16 @@ class LiveTensorTracker(TorchDispatchMode):
         self._in_head = False
         self._head_seen = False
         self._hooks: list[Any] = []
-        # storages known to be a parameter's .grad: recorded when autograd has accumulated a gradient (a
-        # post-accumulate hook), never read from p.grad inside a storage finalizer: a finalizer can run
-        # while that very gradient is being torn down (zero_grad(set_to_none=True)), and reading p.grad
-        # there crashes the interpreter.
-        self._grad_uids: set[int] = set()
         self._active = False
         self._peak_detail: list[tuple[int, Category, str | None]] = []
         self._on_storage: list[StorageObserver] = []
         self._on_phase: list[PhaseObserver] = []
         self._op: Any = None  # the operator whose outputs are being counted
-        # the category ledger: each live storage's category now and the bytes per category, kept by the same
-        # rule as _snapshot at every change, so live_by_category() is O(categories) (optimizer state is found
-        # by scanning optimizer.state only after an allocation outside forward/backward, where state is made)
-        self._cat: dict[int, Category] = {}
-        self._cat_bytes: dict[Category, int] = dict.fromkeys(TRACKED_CATEGORIES, 0)
-        self._opt_uids: set[int] = set()
+        # categories kept at every change (memfit.runtime.ledger). Gradients are recorded by a post-accumulate
+        # hook, never read from p.grad in a storage finalizer (which can run while zero_grad tears that very
+        # gradient down: reading p.grad there crashes). Optimizer state is looked for after allocations
+        # outside forward/backward, where the optimizer makes it.
+        self._ledger = CategoryLedger()
         self._opt_dirty = False
 
     # ---- registration ------------------------------------------------------------------------
@@ -259,16 +236,17 @@ class LiveTensorTracker(TorchDispatchMode):
         change instead of a scan of every live storage (so an observer may read it at each event)."""
         if self._opt_dirty:
             self._refresh_optimizer_uids()
-        return dict(self._cat_bytes)
+        return dict(self._ledger.bytes)
 
     def live_storages(self) -> list[LiveStorage]:
         """Every storage alive now, in the order it was counted."""
-        return [LiveStorage(storage=uid, nbytes=rec.nbytes, size=rec.size, category=self._cat[uid], tag=rec.tag)
+        cats = self._ledger.category
+        return [LiveStorage(storage=uid, nbytes=rec.nbytes, size=rec.size, category=cats[uid], tag=rec.tag)
                 for uid, rec in self._live.items()]
 
     def category_of(self, storage: int) -> Category | None:
         """The category a live storage (a :class:`StorageEvent`'s ``storage``) is booked under now."""
-        return self._cat.get(storage)
+        return self._ledger.category.get(storage)
 
     def booked_bytes(self, t: torch.Tensor) -> int:
         """The bytes this tracker books for ``t``'s storage: ``booked_size`` of its size, 0 if ignored."""
@@ -337,7 +315,7 @@ class LiveTensorTracker(TorchDispatchMode):
             if nbytes != rec.nbytes:  # resized in place (resize_, set_)
                 delta, rec.nbytes = nbytes - rec.nbytes, nbytes
                 size_delta, rec.size = size - rec.size, size
-                self._cat_bytes[self._cat[uid]] += delta
+                self._ledger.resize(uid, delta)
                 self._add(delta)
                 self._notify("resize", uid, delta, size_delta)
                 self._check_limit(delta)
@@ -348,16 +326,14 @@ class LiveTensorTracker(TorchDispatchMode):
                 else None)
         uid = next(self._ids)
         size = int(storage.nbytes())
-        rec = _Storage(nbytes=self._booked(size), size=size, phase=self._phase, hint=hint, tag=self.tag)
+        rec = StorageRecord(nbytes=self._booked(size), size=size, phase=self._phase, hint=hint, tag=self.tag)
         rec.ref = weakref.ref(storage)
         self._live[uid] = rec
         self._by_storage[id(storage)] = uid
         weakref.finalize(storage, self._free, uid, id(storage)).atexit = False
         if self._optimizers and self._phase not in ("forward", "backward"):
             self._opt_dirty = True  # the optimizer makes its state in its step: look for it at the next read
-        cat = self._classify(uid, rec)
-        self._cat[uid] = cat
-        self._cat_bytes[cat] += rec.nbytes
+        self._ledger.add(uid, rec)
         self._add(rec.nbytes)
         self._notify("alloc", uid, rec.nbytes, size)
         self._check_limit(rec.nbytes)
@@ -369,44 +345,23 @@ class LiveTensorTracker(TorchDispatchMode):
             return
         op = None if self._op is None else str(self._op)
         event = StorageEvent(kind=kind, storage=uid, nbytes=nbytes, live_bytes=self.live_bytes, phase=self._phase,
-                             tag=self.tag, op=op, size=size, category=category or self._cat.get(uid))
+                             tag=self.tag, op=op, size=size, category=category or self._ledger.category.get(uid))
         for observer in self._on_storage:
             observer(event)
 
     def _register(self, t: torch.Tensor, category: Category) -> None:
         uid = self._see(t)
         if uid is not None:
-            self._registered[uid] = category
+            self._ledger.register(uid, category)
             if category is Category.OPTIMIZER:
                 self._opt_dirty = True
-            self._reclassify(uid)
-
-    def _classify(self, uid: int, rec: _Storage) -> Category:
-        """A live storage's category now: :meth:`_snapshot`'s rule, with the cached optimizer-state uids."""
-        cat = self._registered.get(uid)
-        if cat is None or cat in (Category.GRADIENTS, Category.OPTIMIZER):
-            if uid in self._grad_uids:
-                return Category.GRADIENTS
-            if uid in self._opt_uids:
-                return Category.OPTIMIZER
-            if cat is None:
-                return rec.hint or (Category.ACTIVATIONS if rec.phase in ("forward", "setup")
-                                    else Category.TEMPORARIES)
-        return cat
-
-    def _reclassify(self, uid: int) -> None:
-        rec = self._live.get(uid)
-        if rec is None:
-            return
-        new, old = self._classify(uid, rec), self._cat.get(uid)
-        if new is not old:
-            if old is not None:
-                self._cat_bytes[old] -= rec.nbytes
-            self._cat[uid] = new
-            self._cat_bytes[new] += rec.nbytes
+            self._ledger.reclassify(uid, self._live.get(uid))
 
     def _refresh_optimizer_uids(self) -> None:
         self._opt_dirty = False
+        self._ledger.set_optimizer_uids(self._optimizer_uids(), self._live)
+
+    def _optimizer_uids(self) -> set[int]:
         found: set[int] = set()
         for oref in self._optimizers:
             o = oref()
@@ -417,10 +372,7 @@ class LiveTensorTracker(TorchDispatchMode):
                 uid = self._uid(s) if s is not None else None
                 if uid is not None:
                     found.add(uid)
-        changed = found ^ self._opt_uids
-        self._opt_uids = found
-        for uid in changed:
-            self._reclassify(uid)
+        return found
 
     def _add(self, nbytes: int) -> None:
         self.live_bytes += nbytes
@@ -443,11 +395,7 @@ class LiveTensorTracker(TorchDispatchMode):
             return
         if self._by_storage.get(storage_id) == uid:
             del self._by_storage[storage_id]
-        self._registered.pop(uid, None)
-        self._grad_uids.discard(uid)
-        self._opt_uids.discard(uid)
-        cat = self._cat.pop(uid)
-        self._cat_bytes[cat] -= rec.nbytes
+        cat = self._ledger.forget(uid, rec)
         self.live_bytes -= rec.nbytes
         self._notify("free", uid, -rec.nbytes, -rec.size, cat)
 
@@ -466,37 +414,15 @@ class LiveTensorTracker(TorchDispatchMode):
     def _note_grad(self, grad: torch.Tensor) -> None:
         uid = self._see(grad)
         if uid is not None:
-            self._grad_uids.add(uid)
-            self._reclassify(uid)
+            self._ledger.note_grad(uid, self._live.get(uid))
 
     def _snapshot(self) -> tuple[PeakSnapshot, list[tuple[int, Category, str | None]]]:
-        grads = {uid for uid in self._grad_uids if uid in self._live}
-        opt: set[int] = set()
-        for oref in self._optimizers:
-            o = oref()
-            if o is None:
-                continue
-            for t in optimizer_state_tensors(o):
-                s = self._storage(t)
-                uid = self._uid(s) if s is not None else None
-                if uid is not None:
-                    opt.add(uid)
+        """What is alive now by category, from the ledger (optimizer state looked up afresh first)."""
+        self._refresh_optimizer_uids()
         by = dict.fromkeys(TRACKED_CATEGORIES, 0)
-        detail = []
-        for uid, rec in self._live.items():
-            cat = self._registered.get(uid)
-            if cat is None or cat in (Category.GRADIENTS, Category.OPTIMIZER):
-                if uid in grads:
-                    cat = Category.GRADIENTS
-                elif uid in opt:
-                    cat = Category.OPTIMIZER
-                elif cat is None:
-                    cat = rec.hint or (Category.ACTIVATIONS if rec.phase in ("forward", "setup")
-                                       else Category.TEMPORARIES)
-            by[cat] += rec.nbytes
-            detail.append((rec.nbytes, cat, rec.tag))
-        return PeakSnapshot(peak_bytes=self.live_bytes, phase=self._phase, by_category=by), detail
-
+        by.update(self._ledger.bytes)
+        snap = PeakSnapshot(peak_bytes=self.live_bytes, phase=self._phase, by_category=by)
+        return snap, self._ledger.detail(self._live.items())
 
 def _enter_head(ref: weakref.ref[LiveTensorTracker], module: torch.nn.Module, args: Any) -> None:
     """Forward pre-hook on the output layer: vocabulary-wide tensors from here on are logits; a hook on
@@ -522,13 +448,3 @@ def _leave_head(ref: weakref.ref[LiveTensorTracker], grad: torch.Tensor) -> None
     if tracker is not None:
         tracker._in_head = False
 
-
-def optimizer_state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in ``optimizer.state`` (AdamW's ``exp_avg``, ``exp_avg_sq`` and ``step``; SGD's
-    ``momentum_buffer``; Adafactor's factors), as the tracker classifies them."""
-    state = getattr(optimizer, "state", {})
-    for per_param in list(state.values()):
-        if isinstance(per_param, dict):
-            for v in per_param.values():
-                if isinstance(v, torch.Tensor):
-                    yield v
