@@ -75,12 +75,13 @@ def sweep_specs(spec: RunSpec, *, batches: list[int], seqs: list[int], checkpoin
 
 def run_sweep(config: dict[str, Any], spec: RunSpec, *, model: str, batches: list[int], seqs: list[int],
               checkpointing: list[str], device: str, steps: int = 3, memory_limit: int | None = None,
-              max_batch: bool = False, isolate: bool = True,
+              max_batch: bool = False, isolate: bool = True, trainer: str | None = None,
               on_point: Callable[[RunSpec, PointResult | None], None] | None = None) -> SweepResult:
     """Measure every (checkpointing, seq, batch) point, then draw the lines, pair the trades and (optionally)
     bisect the max batch.
 
-    ``isolate=False`` measures in this process (for tests); ``on_point(spec, result)`` is called before
+    ``isolate=False`` measures in this process (for tests); ``trainer`` ``"hf"`` / ``"trl"`` runs each point
+    through the real Trainer / SFTTrainer (:mod:`memfit.measure.trainer`); ``on_point(spec, result)`` is called before
     (result None) and after each point, for a progress bar.
     """
     shape = ModelShape.from_hf_config(config)
@@ -89,12 +90,18 @@ def run_sweep(config: dict[str, Any], spec: RunSpec, *, model: str, batches: lis
         if on_point:
             on_point(s, None)
         if isolate:
-            r = measure_in_subprocess(config, s, device=device, steps=steps, memory_limit=memory_limit)
+            r = measure_in_subprocess(config, s, device=device, steps=steps, memory_limit=memory_limit,
+                                      trainer=trainer)
+        elif trainer is not None:
+            from memfit.measure.trainer import measure_point_trainer
+
+            r = measure_point_trainer(config, s, trainer=trainer, device=device, steps=steps)
         else:
             from memfit.measure.point import measure_point
 
             r = measure_point(config, s, device=device, steps=steps, memory_limit=memory_limit)
-        r = r.with_estimate(estimate_peak(config, s.with_(device="cuda" if device == "cuda" else "cpu")))
+        if r.estimate_bytes is None:  # --trainer trl brings its own (TRL's fused LM head)
+            r = r.with_estimate(estimate_peak(config, s.with_(device="cuda" if device == "cuda" else "cpu")))
         if on_point:
             on_point(s, r)
         return r
