@@ -157,6 +157,37 @@ def test_sft_trainer_prediction_matches_measured_peak(tmp_path: Any, method: str
     _check_agreement(cb, trainer)
 
 
+def test_gradient_accumulation_keeps_the_gradients_through_the_next_micro_batch(tmp_path: Any) -> None:
+    """gradient_accumulation_steps=2, full fine-tune: the first micro-batch's gradients (every weight, 881,920 B)
+    are alive through the second one's forward and backward. memfit's estimate alone misses them (measured 1.21x
+    its peak); the callback adds them."""
+    from memfit.integrations.transformers import MemfitCallback
+
+    cb = MemfitCallback(measure_cpu=True)
+    trainer = _hf(tmp_path, _model("full"), cb, lengths=[32] * 8, collator="equal", gradient_accumulation_steps=2)
+    assert cb.prediction is not None and cb.prediction.spec.grad_accum == 2
+    _check_agreement(cb, trainer)
+    assert cb.measured is not None
+    without = cb.measured["prediction"].estimate.peak_bytes  # memfit estimate for the same spec
+    assert cb.measured["measured_peak_bytes"] - without > 800_000
+
+
+def test_fused_adamw_allocates_no_step_temporaries(tmp_path: Any) -> None:
+    """The Trainer's default optim (adamw_torch_fused) runs a kernel with no temporaries: full fine-tune with
+    checkpointing, whose estimate peaks at the optimizer step with torch's for-loop AdamW (4,040,788 B, 2 x the
+    largest tensor of temporaries), measures 3,573,168 B, a backward peak. Counting the loop's temporaries the
+    prediction is 13% high; without them it is the backward of the first block, 3,717,204 B: 4.0% high, because
+    the estimate counts all of block 0's weight gradients at the widest op of its backward, where torch has made
+    only the later ops' (reported; not fixed here). Held to 5%."""
+    from memfit.integrations.transformers import MemfitCallback
+
+    cb = MemfitCallback(measure_cpu=True, tolerance=0.05)
+    _hf(tmp_path, _model("full"), cb, gradient_checkpointing=True)
+    assert cb.measured is not None
+    assert cb.measured["prediction"].peak_moment == "backward: first block"
+    assert abs(cb.measured["ratio"] - 1) <= 0.05, cb.measured["ratio"]
+
+
 def test_base_weights_left_trainable_are_named(tmp_path: Any) -> None:
     """A LoRA model whose base weights were left trainable: every weight gets a gradient and AdamW states, far
     above the LoRA prediction (1.9x on this model)."""
@@ -260,3 +291,89 @@ def test_importing_memfit_imports_no_transformers() -> None:
     code = ("import sys, memfit, memfit.integrations, memfit.estimate; "
             "assert 'transformers' not in sys.modules and 'torch' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- the longest batch and the plan's wording, without a run ------------------------------------------------
+
+class _Loader:
+    def __init__(self, dataset: Any, collate_fn: Any) -> None:
+        self.dataset, self.collate_fn = dataset, collate_fn
+
+
+class _Args:
+    per_device_train_batch_size = 4
+
+
+class _Collator:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+def test_longest_batch_padding_to_the_longest_example() -> None:
+    from memfit.integrations.transformers import longest_batch
+
+    ds = tiny.dataset([10, 50, 7, 33], labels=False)
+    shape = longest_batch(_Args(), _Loader(ds, _Collator()))
+    assert (shape.batch, shape.seq, shape.padding_mask) == (4, 50, True)
+    shape = longest_batch(_Args(), _Loader(ds, _Collator(pad_to_multiple_of=64)))
+    assert (shape.batch, shape.seq) == (4, 64)
+    shape = longest_batch(_Args(), _Loader(ds, _Collator(padding="max_length", max_length=128)))
+    assert (shape.batch, shape.seq, shape.padding_mask) == (4, 128, True)
+    same = tiny.dataset([16] * 8, labels=False)
+    assert longest_batch(_Args(), _Loader(same, _Collator())).padding_mask is False
+
+
+def test_longest_batch_padding_free_concatenates_the_longest_rows() -> None:
+    """4 rows per batch, padding-free: the 4 longest (50 + 33 + 20 + 10 = 113 tokens) in one row."""
+    from memfit.integrations.transformers import longest_batch
+
+    ds = tiny.dataset([10, 50, 7, 33, 20], labels=False)
+    shape = longest_batch(_Args(), _Loader(ds, _Collator(padding_free=True)))
+    assert (shape.batch, shape.seq, shape.padding_mask) == (1, 113, True)
+
+
+def test_longest_batch_without_lengths_uses_max_length_or_refuses() -> None:
+    from memfit.errors import MemfitError
+    from memfit.integrations.transformers import longest_batch
+
+    class Trl(_Args):
+        max_length, packing = 512, False
+
+    shape = longest_batch(Trl(), _Loader(None, _Collator()))
+    assert (shape.batch, shape.seq) == (4, 512) and "max_length" in shape.how
+    with pytest.raises(MemfitError, match="longest batch"):
+        longest_batch(_Args(), _Loader(None, _Collator()))
+
+
+def test_plan_changes_in_the_trainers_fields() -> None:
+    from transformers import TrainingArguments
+
+    from memfit.integrations.transformers import framework_fields
+
+    hf = TrainingArguments(output_dir="/tmp/memfit-unused", use_cpu=True, report_to=[])
+    assert framework_fields(hf, "checkpointing", "none", "full", {}) == "activation_checkpointing=True"
+    assert framework_fields(hf, "batch", 8, 2, {}) == "per_device_train_batch_size=2"
+    assert framework_fields(hf, "grad_accum", 1, 4, {}) == "gradient_accumulation_steps=4"
+    assert "LoraConfig(r=16)" in framework_fields(hf, "method", "full", "lora", {"rank": 16})
+
+
+def test_a_gpu_size_without_unit_is_refused_at_construction() -> None:
+    from memfit.errors import MemfitError
+    from memfit.integrations.transformers import MemfitCallback
+
+    with pytest.raises(MemfitError, match="no unit"):
+        MemfitCallback(gpu="24")
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_allocator_peak_is_compared(tmp_path: Any) -> None:
+    """On a CUDA GPU: max_memory_allocated against the prediction (CUDA kernels, no tracker), within 10%."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from memfit.integrations.transformers import MemfitCallback
+
+    cb = MemfitCallback()
+    trainer = _hf(tmp_path, _model("lora").cuda(), cb, use_cpu=False)
+    assert cb.measured is not None and cb.measured["measured_reserved_bytes"]
+    assert abs(cb.measured["ratio"] - 1) <= 0.10, cb.measured
+    assert any("memfit/measured_reserved_bytes" in h for h in trainer.state.log_history)

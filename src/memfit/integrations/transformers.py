@@ -35,6 +35,9 @@ Modelled differences between the Trainer's step and memfit's estimate:
 - ``optim="adamw_torch_fused"`` (the Trainer's default on torch >= 2.8): the fused kernel allocates no
   temporaries at the optimizer step; the estimate's optimizer moment models torch's for-each / for-loop
   AdamW, so the callback removes that moment's temporaries when the live optimizer is fused.
+- ``gradient_accumulation_steps`` > 1: from the second micro-batch on, the accumulated gradients stay allocated
+  through the forward and the backward; memfit's estimate (``memfit estimate``) does not count them yet, so the
+  callback adds them to those moments.
 - TRL 1.16's ``SFTTrainer`` computes its loss through a fused LM head (``trl.trainer.utils.add_fused_lm_head``:
   a chunked log-probability kernel that never holds the (b, s, V) logits); memfit predicts it with
   ``loss="chunked"`` (no logits held). The kernel's chunk (up to 4096 tokens x its vocabulary tile) is not
@@ -314,6 +317,9 @@ def predict(config: dict[str, Any], spec: RunSpec, shape: BatchShape, *, fused_o
         parts = dict(m.parts)
         if fused_optimizer and m.phase == "optimizer" and run.optimizer == "adamw":
             parts.pop(Category.TEMPORARIES, None)
+        if run.grad_accum > 1 and run.sharding == "none" and m.phase in ("forward", "backward"):
+            # the earlier micro-batches' gradients stay allocated through this one's forward and backward
+            parts[Category.GRADIENTS] = max(parts.get(Category.GRADIENTS, 0), est.model_states.gradients)
         if trl_head and run.loss == "chunked" and m.label == "backward: loss":
             parts[Category.LOGITS] = trl_head_bytes(
                 tokens=run.batch * (run.seq - 1), vocab=model_shape.vocab, hidden=model_shape.embed_dim,
