@@ -125,6 +125,10 @@ def measure_command(
             raise MemfitError(f"--trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
         if memory_limit or max_batch:
             raise MemfitError("--memory-limit and --max-batch run memfit's own loop: drop them, or drop --trainer")
+        from memfit.measure.trainer import OPTIM
+
+        if spec.optimizer not in OPTIM:
+            raise MemfitError(f"--trainer {trainer} measures --optimizer {', '.join(OPTIM)}; got {spec.optimizer}")
         from memfit.errors import require_extra
 
         require_extra("trl" if trainer == "trl" else "transformers", "integrations")
