@@ -321,6 +321,8 @@ def test_longest_batch_padding_to_the_longest_example() -> None:
     assert (shape.batch, shape.seq, shape.padding_mask) == (4, 128, True)
     same = tiny.dataset([16] * 8, labels=False)
     assert longest_batch(_Args(), _Loader(same, _Collator())).padding_mask is False
+    # a selection (an indices mapping over the Arrow table): only the selected rows count
+    assert longest_batch(_Args(), _Loader(ds.select([0, 2]), _Collator())).seq == 10
 
 
 def test_longest_batch_padding_free_concatenates_the_longest_rows() -> None:
@@ -381,6 +383,7 @@ def test_on_cuda_the_allocator_peak_is_compared(tmp_path: Any) -> None:
 
 # ---- memfit measure --trainer -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_measure_cli_trainer_hf_in_a_subprocess(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI's point, measured through the Trainer in a fresh worker, is the in-process Trainer measurement, and
     within 0.2% of memfit's own loop on the same point (the labels tensor and the clipping's scalars)."""
@@ -420,3 +423,18 @@ def test_measure_cli_trainer_bad_input_is_one_red_line(tmp_path: Any, args: list
     err = capsys.readouterr().err
     assert rc == 1, err
     assert message in err and "Traceback" not in err
+
+
+def test_a_run_memfit_cannot_predict_warns_once_and_trains(tmp_path: Any) -> None:
+    """BLOOM is a transformers causal LM memfit's estimate has no architecture for: one warning, no crash."""
+    from transformers import AutoModelForCausalLM, BloomConfig
+
+    from memfit.integrations.transformers import MemfitCallback
+
+    model = AutoModelForCausalLM.from_config(BloomConfig(vocab_size=1000, hidden_size=64, n_layer=2, n_head=4))
+    cb = MemfitCallback(measure_cpu=True)
+    trainer = _hf(tmp_path, model, cb, lengths=[16] * 4, collator="equal")
+    assert trainer.state.global_step == 2
+    assert len(cb.warnings) == 1 and cb.warnings[0].startswith("memfit: no prediction for this run: ")
+    assert "memfit bug" not in cb.warnings[0], cb.warnings[0]
+    assert cb.measured is None

@@ -151,7 +151,7 @@ def _model_checkpointing(model: Any) -> bool:
 def config_dict(model: Any) -> dict[str, Any]:
     """The model's config as the dict memfit's estimate reads."""
     cfg = unwrap(model).config
-    d = cfg.to_dict()
+    d: dict[str, Any] = cfg.to_dict()
     d.pop("quantization_config", None)
     return d
 
@@ -174,16 +174,24 @@ def _collator_of(dataloader: Any) -> Any:
     return getattr(dataloader, "collate_fn", None)
 
 
+MAX_ITEMS_READ = 10_000  # a map-style dataset that is not a datasets.Dataset is read item by item up to this
+
+
 def example_lengths(dataset: Any) -> list[int] | None:
     """Token counts of the dataset's examples (its ``input_ids``), or None when they cannot be read without
-    running the data pipeline (an iterable dataset, no ``input_ids``)."""
+    running the data pipeline (an iterable dataset, no ``input_ids``, a map-style dataset of more than
+    ``MAX_ITEMS_READ`` items that is not a ``datasets.Dataset``). A ``datasets.Dataset`` is read from its Arrow
+    column (list lengths, the selection's indices applied), not row by row."""
     if dataset is None or not hasattr(dataset, "__len__"):
         return None
     names = getattr(dataset, "column_names", None)
     if names is not None:
         if "input_ids" not in names:
             return None
-        return [len(x) for x in dataset["input_ids"]]
+        arrow = _arrow_lengths(dataset)
+        return arrow if arrow is not None else [len(x) for x in dataset["input_ids"]]
+    if len(dataset) > MAX_ITEMS_READ:
+        return None
     out = []
     for i in range(len(dataset)):
         item = dataset[i]
@@ -192,6 +200,19 @@ def example_lengths(dataset: Any) -> list[int] | None:
             return None
         out.append(len(ids))
     return out
+
+
+def _arrow_lengths(dataset: Any) -> list[int] | None:
+    try:
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+        lengths = pc.list_value_length(dataset.data.column("input_ids"))
+        indices = getattr(dataset, "_indices", None)
+        if indices is not None:
+            lengths = lengths.take(indices.column(0))
+        return [int(n) for n in lengths.to_pylist()]
+    except Exception:  # not an Arrow-backed dataset after all: read it row by row
+        return None
 
 
 def longest_batch(args: Any, dataloader: Any, *, max_positions: int | None = None) -> BatchShape:
@@ -402,8 +423,12 @@ def plan_lines(args: Any, config: dict[str, Any], prediction: Prediction, target
 def diagnose(model: Any, args: Any, prediction: Prediction, measured_peak: int,
              measured_by_category: dict[Category, int] | None = None) -> list[str]:
     """Likely causes of a measured peak that differs from the prediction, most likely first: checks of the live
-    model against the run predicted (trainable parameters, checkpointing, ``use_cache``, quantization, reentrant
-    checkpointing without input gradients), then the categories that differ most (CPU tracker)."""
+    model against the run predicted (trainable parameters, checkpointing, quantization, reentrant checkpointing
+    without input gradients), then the categories that differ most (CPU tracker).
+
+    ``use_cache`` is not one: transformers 5.24.0 drops the cache in checkpointed layers
+    (``modeling_layers.py``), and without checkpointing the cache holds the very keys and values autograd saves
+    (a LoRA step measures 2,177,404 B with ``use_cache`` on and off)."""
     model = unwrap(model)
     spec = prediction.spec
     est = prediction.estimate
@@ -419,8 +444,6 @@ def diagnose(model: Any, args: Any, prediction: Prediction, measured_peak: int,
     if spec.checkpointing != "none" and not _model_checkpointing(model):
         causes.append("checkpointing requested (gradient_checkpointing=True) but off on the model: every block keeps "
                       "its activations (does the model support it? was it disabled after the Trainer enabled it?)")
-    if getattr(getattr(model, "config", None), "use_cache", False) and spec.checkpointing == "none":
-        causes.append("use_cache is on: the forward keeps a KV cache in training (set model.config.use_cache=False)")
     if spec.checkpointing != "none" and _reentrant(model) and not _input_grads(model):
         causes.append("reentrant checkpointing (use_reentrant=True) without input gradients: the checkpointed blocks "
                       "run without autograd and the adapters get no gradient (call model.enable_input_require_grads() "
@@ -482,7 +505,7 @@ class _State:
     done: bool = False
 
 
-class MemfitCallback(TrainerCallback):  # type: ignore[misc]
+class MemfitCallback(TrainerCallback):
     """Predict the peak of the longest batch at ``on_train_begin``, check it against the first steps, warn.
 
     Args:
@@ -515,6 +538,21 @@ class MemfitCallback(TrainerCallback):  # type: ignore[misc]
     # -- on_train_begin --------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        train_dataloader: Any = None, **kwargs: Any) -> Any:
+        try:
+            return self._train_begins(args, state, control, model, optimizer, train_dataloader)
+        except WouldNotFit:
+            raise
+        except Exception as exc:  # a memory check must not end the user's run: say why, train on
+            why = (str(exc) if isinstance(exc, MemfitError)
+                   else f"{type(exc).__name__}: {exc} (a memfit bug: please report)")
+            message = f"memfit: no prediction for this run: {why}"
+            self.warnings.append(message)
+            logger.warning(message)
+            self._s = _State(done=True)
+            return control
+
+    def _train_begins(self, args: Any, state: Any, control: Any, model: Any, optimizer: Any,
+                      train_dataloader: Any) -> Any:
         s = self._s = _State()
         s.trainer = _find_trainer(self)
         model = unwrap(model)
@@ -545,6 +583,9 @@ class MemfitCallback(TrainerCallback):  # type: ignore[misc]
         self._log({"memfit/predicted_longest_batch_peak_bytes": p.peak_bytes}, state, args)
         if self.measure_steps and (s.spec.device == "cuda" or self.measure_cpu):
             self._start_measuring(model, optimizer)
+        elif self.measure_steps:
+            logger.info("memfit: not measuring the first steps on the CPU: MemfitCallback(measure_cpu=True) tracks "
+                        "them (slower steps)")
         return control
 
     def _target(self, device: str) -> Target | None:
@@ -684,9 +725,13 @@ class MemfitCallback(TrainerCallback):  # type: ignore[misc]
             logger.info(line)
 
     def _log(self, logs: dict[str, float], state: Any, args: Any) -> None:
+        """Through ``transformers.Trainer.log`` (the log history and every reporting callback's ``on_log``); the
+        base class's, not a subclass's: TRL's ``SFTTrainer.log`` would flush its running metrics into this entry."""
+        from transformers import Trainer
+
         trainer = self._s.trainer
-        if trainer is not None and hasattr(trainer, "log"):
-            trainer.log(dict(logs))
+        if isinstance(trainer, Trainer):
+            Trainer.log(trainer, dict(logs))
         elif state is not None:
             state.log_history.append({**logs, "step": getattr(state, "global_step", 0)})
 
@@ -708,7 +753,7 @@ def _find_trainer(callback: MemfitCallback) -> Any:
 
 
 def _describe(spec: RunSpec) -> str:
-    parts = [spec.method]
+    parts: list[str] = [spec.method]
     if spec.is_adapter:
         parts.append(f"r{spec.rank}")
     parts += [spec.precision, spec.optimizer, f"checkpointing {spec.checkpointing}", spec.attention,
