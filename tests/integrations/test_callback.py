@@ -438,3 +438,23 @@ def test_a_run_memfit_cannot_predict_warns_once_and_trains(tmp_path: Any) -> Non
     assert len(cb.warnings) == 1 and cb.warnings[0].startswith("memfit: no prediction for this run: ")
     assert "memfit bug" not in cb.warnings[0], cb.warnings[0]
     assert cb.measured is None
+
+
+def test_evaluation_between_the_measured_steps_is_not_measured(tmp_path: Any) -> None:
+    """eval_steps=1 with an evaluation batch of 8 rows: the evaluation runs between the two measured steps; its
+    batches are not training batches (the prediction stays 2 x 32) and its tensors are not tracked."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from memfit.integrations.transformers import MemfitCallback
+
+    cb = MemfitCallback(measure_cpu=True)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, per_device_eval_batch_size=8,
+                             max_steps=2, use_cpu=True, report_to=[], save_strategy="no", eval_strategy="steps",
+                             eval_steps=1, logging_steps=1, disable_tqdm=True)
+    trainer = Trainer(model=_model("lora"), args=args, train_dataset=tiny.dataset([32] * 8),
+                      eval_dataset=tiny.dataset([32] * 8), data_collator=default_data_collator, callbacks=[cb])
+    trainer.train()
+    assert cb.measured is not None
+    shape = cb.measured["prediction"].shape
+    assert (shape.batch, shape.seq) == (2, 32)
+    _check_agreement(cb, trainer)

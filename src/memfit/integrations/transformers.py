@@ -620,8 +620,8 @@ class MemfitCallback(TrainerCallback):
         import torch
 
         s = self._s
-        if s.done:
-            return
+        if s.done or not module.training or not torch.is_grad_enabled():
+            return  # an evaluation or generation between the steps is not a training batch
         from torch.utils._python_dispatch import _disable_current_modes
 
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -639,8 +639,10 @@ class MemfitCallback(TrainerCallback):
             s.tracker.track_tensors(tensors)
 
     def _forward_ends(self, module: Any, args: Any, output: Any) -> None:
+        import torch
+
         s = self._s
-        if s.tracker is not None and s.entered and not s.done:
+        if s.tracker is not None and s.entered and not s.done and module.training and torch.is_grad_enabled():
             s.tracker.set_phase("backward")
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -661,6 +663,9 @@ class MemfitCallback(TrainerCallback):
         s = self._s
         if s.done or not s.hooks:
             return control
+        if s.tracker is not None and s.entered:  # between the steps (logging, evaluation, saving): not tracked
+            s.tracker.__exit__(None, None, None)
+            s.entered = False
         s.steps += 1
         if s.steps < self.measure_steps:
             return control
