@@ -359,6 +359,22 @@ def test_plan_changes_in_the_trainers_fields() -> None:
     assert "LoraConfig(r=16)" in framework_fields(hf, "method", "full", "lora", {"rank": 16})
 
 
+def test_plan_changes_in_sft_configs_fields() -> None:
+    """SFTConfig's own fields; LoRA's rank is a LoraConfig argument in Python (lora_r is trl sft's CLI field)."""
+    pytest.importorskip("trl")
+    from trl import SFTConfig
+
+    from memfit.integrations.transformers import framework_fields
+
+    sft = SFTConfig(output_dir="/tmp/memfit-unused", use_cpu=True, report_to=[])
+    # transformers 5.24's name; gradient_checkpointing is its deprecated alias (TRL's docs still use it)
+    assert framework_fields(sft, "checkpointing", "none", "full", {}) == "activation_checkpointing=True"
+    assert framework_fields(sft, "seq", 2048, 1024, {}) == "max_length=1024"
+    assert framework_fields(sft, "packing", False, True, {}) == "packing=True"
+    assert framework_fields(sft, "loss", "standard", "chunked", {}) == "use_liger_kernel=True"
+    assert framework_fields(sft, "rank", 64, 8, {}) == "LoraConfig(r=8)"
+
+
 def test_a_gpu_size_without_unit_is_refused_at_construction() -> None:
     from memfit.errors import MemfitError
     from memfit.integrations.transformers import MemfitCallback

@@ -365,29 +365,42 @@ def optimizer_is_fused(optimizer: Any) -> bool:
 
 # ---- the plan in the framework's terms -------------------------------------------------------------------------
 
+ARGS_SETTINGS = ("batch", "grad_accum", "seq", "packing", "checkpointing", "checkpoint_every", "loss", "offload")
+
+
 def framework_fields(args: Any, name: str, old: Any, new: Any, after: dict[str, Any]) -> str:
-    """One memfit change (``checkpointing none -> full``) as what to set in the Trainer's / TRL's terms."""
+    """One memfit change (``checkpointing none -> full``) as what to set in the Trainer's / TRL's terms: a
+    ``TrainingArguments`` / ``SFTConfig`` field where one exists (:func:`memfit.configs.write.trainer_fields`, the
+    fields ``memfit fit --write`` edits), else the Python call that makes the change (the adapter, its rank, the
+    quantization and the attention kernel are set on the model, not in the arguments)."""
     from pathlib import Path
 
     from memfit.configs.document import Document
     from memfit.configs.write import trainer_fields
 
     trl = is_trl_args(args)
-    data = {k: getattr(args, k) for k in ("activation_checkpointing", "gradient_checkpointing") if
-            getattr(args, k, None) is not None}
-    doc = Document(path=Path(f"<{type(args).__name__}>"), text="", format="json", data=data)
-    writes = trainer_fields(doc, name, new, after, trl=trl)
-    if writes:
-        return ", ".join(f"{'.'.join(path)}={value!r}" for path, value in writes)
+    if name in ARGS_SETTINGS:
+        data = {k: getattr(args, k) for k in ("activation_checkpointing", "gradient_checkpointing") if
+                getattr(args, k, None) is not None}
+        doc = Document(path=Path(f"<{type(args).__name__}>"), text="", format="json", data=data)
+        writes = trainer_fields(doc, name, new, after, trl=trl)
+        if writes:
+            return ", ".join(f"{'.'.join(path)}={value!r}" for path, value in writes)
+    rank = after.get("rank", 16)
     if name == "method" and new == "lora":
-        rank = after.get("rank", 16)
         if trl:
-            return f"pass peft_config=LoraConfig(r={rank}) to SFTTrainer (trl sft: use_peft=True, lora_r={rank})"
+            return f"pass peft_config=LoraConfig(r={rank}) to SFTTrainer (trl sft: use_peft: true, lora_r: {rank})"
         return f"train a LoRA adapter: model = peft.get_peft_model(model, LoraConfig(r={rank}))"
     if name == "method" and new == "qlora":
-        return "load the base in 4 bit: from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))"
+        return ("load the base in 4 bit, from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit="
+                f"True)), and train a LoRA adapter, LoraConfig(r={rank})")
     if name == "rank":
         return f"LoraConfig(r={new})"
+    if name == "double_quant":
+        return f"BitsAndBytesConfig(bnb_4bit_use_double_quant={bool(new)})"
+    if name == "attention":
+        kernel = {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}.get(str(new), str(new))
+        return f"from_pretrained(..., attn_implementation={kernel!r})"
     if name == "seq":
         return f"truncate the examples to {new} tokens (the tokenizer's max_length)"
     if name == "packing":
