@@ -30,6 +30,7 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules src/memfit
 	$(BIN)/python -m pytest -n 2 -q tests
 
 bench: install

@@ -31,6 +31,9 @@ SCENARIOS = [
      RunSpec(method="full", batch=4, seq=4096, grad_accum=4, gpus=8), "A100-80GB"),
     ("Llama-3.1-70B LoRA r16, b4 s4096, T4 (nothing fits)", "llama-3.1-70b",
      RunSpec(method="lora", rank=16, batch=4, seq=4096), "T4"),
+    # issue 13: a 262k vocabulary (the logits) and a 12B bf16 base (21.9 GiB of weights) on a 24 GiB card
+    ("Gemma-3-12B LoRA r16 q,v, b4 s2048, 24GiB", "gemma-3-12b",
+     RunSpec(method="lora", rank=16, batch=4, seq=2048), "24GiB"),
 ]
 
 

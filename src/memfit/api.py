@@ -31,20 +31,20 @@ if TYPE_CHECKING:
 ConfigPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
-def run_spec(model: str | None = None, *, config: ConfigPaths | None = None, accepts: Sequence[str] = (),
+def run_spec(model: str | None = None, *, config: ConfigPaths | None = None,
              **spec: Any) -> tuple[str, RunSpec, SpecImport | None]:
     """(model, RunSpec, the config import or None) for the API functions."""
-    from memfit.configs.convert import _overrides, spec_from_files
+    from memfit.configs.convert import spec_from_files, spec_overrides
     from memfit.estimate import RunSpec
 
     imported = None
     if config is not None:
         paths = [config] if isinstance(config, str | os.PathLike) else list(config)
-        imported = spec_from_files(paths, spec, accepts=accepts, model=model)
+        imported = spec_from_files(paths, spec, model=model)
         run = imported.spec
         model = model or imported.model
     else:
-        run = RunSpec().with_(**_overrides(spec))
+        run = RunSpec().with_(**spec_overrides(spec))
     if model is None:
         raise MemfitError("pass a model: a catalogue name (memfit models), a config.json path or a Hub id, or a "
                           "config that names its base model")

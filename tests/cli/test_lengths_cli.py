@@ -110,7 +110,7 @@ def test_cli_bad_input_is_one_red_line(tmp_path: Path, cli: Cli, content: str,
     (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
     (["--plot", "{tmp}/missing/h.png"], "the folder {tmp}/missing does not exist"),
     (["--plot", "{tmp}/h.txt"], "matplotlib cannot write .txt files; end the name in .png"),
-    (["--plot", "{tmp}"], "is a directory: name an image file"),
+    (["--plot", "{tmp}"], "is a directory: give a file name such as {tmp}/plot.png"),
 ])
 def test_cli_bad_flags_are_one_red_line(tmp_path: Path, cli: Cli, flags: list[str],
                                         message: str) -> None:

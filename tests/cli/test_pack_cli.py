@@ -105,7 +105,7 @@ def test_pack_truncate_reports_every_example_token_and_loss_token_in_and_out(gsm
 
     code, out, _ = cli(["pack", str(data), "-t", str(LLAMA2), "--prompt", "question", "--completion",
                        "answer", "--seq-len", str(seq), "--overflow", "truncate",
-                       "--out", str(tmp_path / "rows.jsonl")])
+                       "--out", str(tmp_path / "rows.jsonl"), "--force"])  # the file exists: --force replaces it
     assert code == 0
     assert f"{loss_in:,}" in out and f"{sum(kept_loss):,}" in out and f"{len(no_loss)} no loss token left" in out
     assert "special tokens: EOS </s> appended (from SentencePiece model); BOS <s>" in out

@@ -67,6 +67,7 @@ def test_a_write_that_fails_part_way_leaves_no_file(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr("memfit.data.io.json.dumps", dumps)
     out = tmp_path / "rows.jsonl"
-    with pytest.raises(MemfitError, match="cannot write the rows to .*No space left on device"):
+    with pytest.raises(MemfitError, match=r"cannot write .*rows\.jsonl \(No space left on device\): free some space"):
         write_rows(pack(EXAMPLES, 8), out)
     assert len(calls) == 2 and not out.exists()
+    assert not list(tmp_path.iterdir())  # nor its temporary file

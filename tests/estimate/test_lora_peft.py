@@ -75,6 +75,7 @@ MODULE_TREES = [(n, _two_layers(n)) for n in ("gpt2", "opt-1.3b", "pythia-1.4b",
 MODULE_TREES += [("opt-projected", tiny_config("opt", layers=2, ffn_dim=128, word_embed_proj_dim=32)),
                  ("opt-post-norm", tiny_config("opt", layers=2, ffn_dim=128, do_layer_norm_before=False)),
                  ("gemma", tiny_config("gemma", layers=2, head_dim=16))]
+MODULE_TREES += [(n, _two_layers(n)) for n in ("olmo-2-7b", "phi-2", "granite-3.3-8b", "gemma-3-1b")]  # issue 13
 
 
 @pytest.mark.parametrize(("name", "config"), MODULE_TREES, ids=[n for n, _ in MODULE_TREES])
@@ -98,6 +99,7 @@ SAVE_CASES = [
     ("pythia-1.4b", ("embed_in", "lm_head")),  # transformers 5 names GPT-NeoX's output layer lm_head
     ("llama-3.2-1b", ("embed_tokens", "lm_head")),  # tied embeddings: two copies
     ("qwen2.5-0.5b", ("lm_head",)),
+    ("phi-2", ("lm_head",)),  # issue 13: lm_head has a bias, which PEFT's copy trains too
 ]
 
 

@@ -10,7 +10,8 @@ import typer
 
 HtmlOption = Annotated[Path | None, typer.Option(
     "--html", help="also write a self-contained HTML report (charts and tables, opens from disk) to this file")]
-ForceOption = Annotated[bool, typer.Option("--force", help="replace an existing output file (--html; fit --write)")]
+ForceOption = Annotated[bool, typer.Option("--force", help="replace existing output files (--html, --plot, "
+                                                             "fit --write)")]
 
 
 def check_html(path: Path | None, force: bool) -> None:
@@ -26,9 +27,9 @@ def write_html(path: Path | None, command: str, result: Any, force: bool) -> Non
     and write it atomically; say where on stderr, so ``--json`` output stays clean."""
     if path is None:
         return
-    from memfit.report import _default, err_console
+    from memfit.report import err_console, json_default
     from memfit.report.html import render_page, write_report
 
-    data = json.loads(json.dumps(result, default=_default))
+    data = json.loads(json.dumps(result, default=json_default))
     target = write_report(path, render_page(data, command=command), force=force)
     err_console.print(f"HTML report written to {target}", highlight=False)

@@ -5,8 +5,7 @@
 validated :class:`~memfit.estimate.spec.RunSpec` as ``spec``: memfit's defaults, then the config files (later
 files win), then the flags given on the command line (found by click's parameter source). Commands that
 sweep a flag (``measure --batch 1,2,4``) declare that flag themselves and pass ``exclude=("batch",)``; a
-config's value fills it when the flag is not given. ``consumes`` names settings RunSpec has no field for
-that the command takes as its own option. The GPU a run is judged against is not part of the run: commands
+config's value fills it when the flag is not given. The GPU a run is judged against is not part of the run: commands
 that judge one declare ``--gpu`` (:data:`GpuFlag`) and ``--headroom`` and build a
 :class:`~memfit.estimate.fits.Target` with :func:`target_from_options`. A command with a ``config_import`` parameter
 receives the :class:`~memfit.configs.SpecImport` (or None), for the import table and ``--json``; one whose
@@ -82,6 +81,18 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
 # which spec field decides whether each flag above acts (a command that declares that field itself, such
 # as measure's --checkpointing both, checks the flag on its own)
 _DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing"}
+
+# Upper limits of the run's integer flags, checked where every command receives its spec (flags and --config
+# alike), as SIZE_LIMITS bounds a config.json (memfit.estimate.shape): past them no real run exists and the
+# estimate's figures stop meaning anything (--rank 10**29 estimated a peak of 6.9e25 GiB). RunSpec checks >= 1.
+RUN_LIMITS: dict[str, tuple[int, str]] = {
+    "batch": (1_048_576, "micro-batches of real runs stay in the hundreds"),
+    "seq": (67_108_864, "as config.json positions: the longest-context models have ~10M"),
+    "grad_accum": (1_048_576, "accumulation of real runs stays in the thousands"),
+    "rank": (65_536, "LoRA ranks of real runs stay at or below 1,024"),
+    "alpha": (1_048_576, "LoRA alphas of real runs are a small multiple of the rank"),
+    "checkpoint_every": (1_024, "a model has at most 1,024 layers (memfit's config limit)"),
+}
 
 _DEFAULTS = RunSpec()
 CONFIG_OPTION = typer.Option(
@@ -163,6 +174,16 @@ def explicit_flags(names: Iterable[str]) -> set[str]:
     return set(names) & _EXPLICIT.get()
 
 
+def check_run_limits(spec: RunSpec) -> None:
+    """A MemfitError for an integer setting past :data:`RUN_LIMITS` (from a flag or a config file)."""
+    for name, (limit, why) in RUN_LIMITS.items():
+        value = getattr(spec, name)
+        if isinstance(value, int) and value > limit:
+            flag = "--" + name.replace("_", "-")
+            raise MemfitError(f"{flag} {value:,} is past memfit's limit of {limit:,} ({why})",
+                              hint=f"check {flag} (or the config field it came from)")
+
+
 def refuse_ignored_flags(spec: RunSpec, explicit: set[str], *, skip: Iterable[str] = ()) -> None:
     """A MemfitError for the first flag in ``explicit`` that ``spec`` would ignore (:data:`ONLY_WITH`)."""
     skipped = set(skip)
@@ -171,8 +192,7 @@ def refuse_ignored_flags(spec: RunSpec, explicit: set[str], *, skip: Iterable[st
             raise MemfitError(message)
 
 
-def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
-                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: add the spec flags and ``--config`` to a typer command and pass ``spec=RunSpec(...)``."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -211,13 +231,15 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
             skip = [n for n, field in _DECIDED_BY.items() if field in exclude]
             if not configs:
                 spec = spec_from_options(values)
+                check_run_limits(spec)
                 refuse_ignored_flags(spec, explicit_flags(values), skip=skip)
                 kwargs["spec"] = spec
                 if wants_import:
                     kwargs["config_import"] = None
                 return fn(*args, **kwargs)
-            given = explicit_names(ctx, list(values) + [n for n in (*exclude, *consumes) if n in own_names])
-            si = _import(configs, values, given, consumes, kwargs.get("model"))
+            given = explicit_names(ctx, list(values) + [n for n in exclude if n in own_names])
+            si = _import(configs, values, given, kwargs.get("model"))
+            check_run_limits(si.spec)
             refuse_ignored_flags(si.spec, explicit_flags(values), skip=skip)
             kwargs["spec"] = si.spec
             if "model" in own_names and not kwargs.get("model") and si.model:
@@ -225,9 +247,6 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
             for name in exclude:  # a command's own sweep option (measure --batch): the config fills it
                 if name in own_names and name not in given and name in si.applied:
                     kwargs[name] = str(si.applied[name])
-            for name in consumes:
-                if name in own_names and name not in given and name in si.unused:
-                    kwargs[name] = si.unused[name]
             if wants_import:
                 kwargs["config_import"] = si
             return fn(*args, **kwargs)
@@ -243,8 +262,7 @@ def spec_options(exclude: tuple[str, ...] = (), consumes: tuple[str, ...] = ()
     return decorate
 
 
-def _import(configs: list[str], values: dict[str, Any], given: set[str], consumes: tuple[str, ...],
-            model: str | None) -> Any:
+def _import(configs: list[str], values: dict[str, Any], given: set[str], model: str | None) -> Any:
     """Read the config files; the flags in ``given`` win over them."""
     from memfit.configs import import_configs, to_spec
     from memfit.configs.convert import model_dtype
@@ -254,4 +272,4 @@ def _import(configs: list[str], values: dict[str, Any], given: set[str], consume
     explicit = {k: getattr(cli, k) for k in given if k in values}
     name = model or (imported.model.value if imported.model else None)
     dtype = model_dtype(name) if imported.settings.get("weights_dtype") == "auto" else None
-    return to_spec(imported, explicit=explicit, accepts=consumes, model_dtype=dtype)
+    return to_spec(imported, explicit=explicit, model_dtype=dtype)

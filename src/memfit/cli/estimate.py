@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import (
     EXIT_DOES_NOT_FIT,
@@ -36,8 +36,6 @@ from memfit.report.estimate import (
     states_table,
     verdict,
 )
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 def _model_positional(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -5,14 +5,12 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, GpuFlag, HeadroomFlag, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
 from memfit.report import console, print_config_import, print_json
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("fit")
@@ -74,9 +72,11 @@ def fit_command(
         if data is None or tokenizer is None:
             raise MemfitError("--data and --tokenizer go together: the lengths need the real tokenizer")
         from memfit.data.lengths import analyse_lengths
+        from memfit.progress import interactive
 
         report = analyse_lengths(data, tokenizer, text=text, prompt=prompt, completion=completion,
-                                 messages=messages, seq_len=spec.seq, batch=spec.batch, progress=not json_out)
+                                 messages=messages, seq_len=spec.seq, batch=spec.batch,
+                                 progress=interactive(json_out))
         from memfit.data.padding import padding_report
 
         lengths = report.lengths
@@ -99,15 +99,10 @@ def fit_command(
             raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
     print_config_import(config_import)
-    from rich.progress import Progress
+    from memfit.progress import progress_bar
 
-    with Progress(transient=True, console=console) as bar:
-        task = bar.add_task("searching configurations", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        result = fit(shape, spec, target, time_model=time_model, data=profile, search=search, progress=progress)
+    with progress_bar("searching configurations", unit="configurations") as bar:
+        result = fit(shape, spec, target, time_model=time_model, data=profile, search=search, progress=bar.update)
     write_html(html, "fit", fit_json(result), force)
     console.print(fit_table(result))
     if write is not None:

@@ -5,20 +5,17 @@ see real ``Annotated`` objects, not strings.
 """
 
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._data_options import EosOpt, NoEosOpt, eos_choice
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._spec_options import SPEC_OPTIONS, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("lengths")
@@ -51,6 +48,7 @@ def lengths_command(
     """Token lengths of DATA: percentiles, the sequence length to train at (p95), truncation, loss tokens,
     padding waste of random / length-grouped / packed batches, and with --model the activation memory."""
     from memfit.data.lengths import analyse_lengths, strategy_activations
+    from memfit.progress import interactive
     from memfit.report import console, print_json
     from memfit.report.lengths import check_plot_path, lengths_renderable, plot_lengths
 
@@ -65,7 +63,7 @@ def lengths_command(
             raise MemfitError(f"{flags} describe{'s' if one else ''} the run whose activation memory --model "
                               f"shows: add --model, or drop {'it' if one else 'them'}")
     if plot is not None:  # fail on a path that cannot be written before the slow part
-        check_plot_path(plot)
+        check_plot_path(plot, force=force)
     check_html(html, force)
     shape = None
     if model is not None:  # fail on a bad model name before the slow part
@@ -73,14 +71,14 @@ def lengths_command(
 
         shape = resolve_model(model)
     report = analyse_lengths(data, tokenizer, text=text, prompt=prompt, completion=completion, messages=messages,
-                             seq_len=seq_len, batch=batch, seed=seed, progress=sys.stderr.isatty(),
+                             seq_len=seq_len, batch=batch, seed=seed, progress=interactive(json_out),
                              eos=eos_choice(eos, no_eos))
     if shape is not None:
         from dataclasses import replace
 
         report = replace(report, activations=strategy_activations(report, shape, spec), model=shape.name)
     if plot is not None:
-        plot_lengths(report, plot)
+        plot_lengths(report, plot, force=force)
     if json_out or html is not None:
         from memfit.data.histogram import length_histogram
 

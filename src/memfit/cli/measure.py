@@ -9,16 +9,15 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
-from memfit.cli._spec_options import ONLY_WITH, explicit_flags, spec_options
+from memfit.cli._spec_options import ONLY_WITH, check_run_limits, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, resolve_config
 from memfit.estimate.lora import check_modules_to_save
-from memfit.report import console, err_console, print_config_import, print_json
+from memfit.report import console, print_config_import, print_json
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 MEASURE_CHECKPOINTING = ("none", "full", "every-k", "both")
 
 
@@ -111,6 +110,8 @@ def measure_command(
                           f"{spec.gpus}: use that, or pass --sharding none to measure one full replica")
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
+    for values, name in ((batches, "batch"), (seqs, "seq")):  # measure's own lists: the spec's limits
+        check_run_limits(spec.with_(**{name: max(values)}))
     if checkpointing not in MEASURE_CHECKPOINTING:
         raise MemfitError(f"--checkpointing must be one of {', '.join(MEASURE_CHECKPOINTING)}; got {checkpointing!r}")
     modes = ["none", "full"] if checkpointing == "both" else [checkpointing]
@@ -135,6 +136,12 @@ def measure_command(
         require_extra("datasets", "integrations")
     limit = parse_size(memory_limit) if memory_limit else None
     check_html(html, force)
+    if plot:  # a path that cannot be written fails now, not after the sweep
+        from memfit.errors import require_extra
+        from memfit.report.lengths import check_plot_path
+
+        require_extra("matplotlib", "plot")
+        check_plot_path(plot, force=force)
     config = resolve_config(model)
     check_modules_to_save(ModelShape.from_hf_config(config), spec)  # before any worker builds the model
     dev = pick_device(device)
@@ -147,30 +154,27 @@ def measure_command(
         raise MemfitError(f"--seq {max(seqs)} is longer than the model's {max_positions} positions: "
                           "use a shorter --seq")
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from memfit.measure.sweep import run_sweep
+    from memfit.progress import interactive, progress_bar
 
     total = len(batches) * len(seqs) * len(modes)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err_console, transient=True, disable=json_out) as progress:
-        task = progress.add_task("measuring", total=total)
+    with progress_bar("measuring", total=total, unit="points", enabled=interactive(json_out)) as bar:
 
         def on_point(s: RunSpec, r: object) -> None:
             if r is None:
-                progress.update(task, description=f"batch {s.batch}, seq {s.seq}, checkpointing {s.checkpointing}")
+                bar.describe(f"measuring batch {s.batch}, seq {s.seq}, checkpointing {s.checkpointing}")
             else:
-                progress.advance(task)
+                bar.advance(1)
 
         result = run_sweep(config, spec, model=model, batches=batches, seqs=seqs, checkpointing=modes,
                            device=dev, steps=steps, memory_limit=limit, max_batch=max_batch, on_point=on_point,
                            trainer=trainer)
     if plot:
-        from memfit.errors import require_extra
+        from memfit.files import atomic_output
         from memfit.report.measure import measure_plot
 
-        require_extra("matplotlib", "plot")
-        measure_plot(result, plot)
+        with atomic_output(plot, flag="--plot", force=force, example="plot.png") as tmp:
+            measure_plot(result, str(tmp))
     write_html(html, "measure", result.to_dict(), force)
     if json_out:
         out = result.to_dict()

@@ -6,12 +6,10 @@ from typing import Annotated
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.estimate import catalogue, count_params, resolve_model
 from memfit.report import console, print_json
 from memfit.report.models import models_rows, models_table, params_json, params_table
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("models")

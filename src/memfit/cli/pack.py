@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._data_options import EosOpt, NoEosOpt, eos_choice
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 Data = Annotated[str, typer.Argument(help="JSONL (.jsonl.gz), JSON, CSV, Parquet, or a save_to_disk directory")]
 Tokenizer = Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer directory, tokenizer.json, "
                                         "or SentencePiece .model (offline)")]
@@ -24,19 +22,49 @@ OverflowOpt = Annotated[str, typer.Option("--overflow", help="an example longer 
                                           "| drop | split")]
 
 
-def _tokenized(data: str, tokenizer: str, fields: dict[str, str | None], eos: str | bool | None,
-               limit: int | None = None) -> tuple[Any, list[Any], Any]:
-    from memfit.data.formats import load_records
+ForceOpt = Annotated[bool, typer.Option("--force", help="replace --out if it exists")]
+
+
+def _first_examples(data: str, tokenizer: str, fields: dict[str, str | None], eos: str | bool | None,
+                    limit: int) -> tuple[Any, list[Any], Any]:
+    """The tokenizer, the first ``limit`` usable records tokenised, and the record stream (read no further)."""
+    from itertools import islice
+
+    from memfit.data.formats import open_records
     from memfit.data.tokenize import tokenize_records
     from memfit.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tokenizer, eos=eos)
-    loaded = load_records(data, **fields)
-    records = loaded.records if limit is None else loaded.records[:limit]
-    spec = loaded.spec  # the fields named, or inferred from the data when none were
+    stream = open_records(data, **fields)
+    records = [row for _, row in islice(stream, limit)]
+    spec = stream.spec  # the fields named, or inferred from the data when none were
     examples = tokenize_records(tok, records, text=spec.text, prompt=spec.prompt, completion=spec.completion,
-                                messages=spec.messages, progress=sys.stderr.isatty())
-    return tok, examples, loaded
+                                messages=spec.messages, progress=False)
+    return tok, examples, stream
+
+
+class _Phases:
+    """One progress bar per phase of a command (reading and tokenising in bytes, then writing in rows)."""
+
+    def __init__(self, enabled: bool) -> None:
+        from contextlib import ExitStack
+
+        self.enabled = enabled
+        self._stack = ExitStack()
+        self.bar: Any = None
+
+    def start(self, description: str, total: int, unit: str) -> Any:
+        from contextlib import ExitStack
+
+        from memfit.progress import progress_bar
+
+        self._stack.close()
+        self._stack = ExitStack()
+        self.bar = self._stack.enter_context(progress_bar(description, total=total, unit=unit, enabled=self.enabled))
+        return self.bar
+
+    def close(self) -> None:
+        self._stack.close()
 
 
 @app.command("pack")
@@ -52,14 +80,21 @@ def pack_command(
     overflow: OverflowOpt = "error",
     eos: EosOpt = None,
     no_eos: NoEosOpt = False,
+    force: ForceOpt = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Pack DATA into rows of --seq-len tokens by largest fit with exact fit: position ids restart per example, prompt
-    labels keep -100, each example's first label is -100. Prints rows, efficiency and the lower bound."""
-    from memfit.data.io import check_out_path, write_rows
-    from memfit.data.pack import OVERFLOW_CHOICES, pack
-    from memfit.data.tokenizer import special_tokens
+    labels keep -100, each example's first label is -100. Prints rows, efficiency and the lower bound. DATA is
+    streamed: any size packs in bounded memory (a scratch file of 4 bytes a token sits beside --out meanwhile)."""
+    from pathlib import Path
+
+    from memfit.data.formats import open_records
+    from memfit.data.io import check_out_path, open_rows
+    from memfit.data.pack import OVERFLOW_CHOICES, pack_stream
+    from memfit.data.tokenize import iter_tokenized
+    from memfit.data.tokenizer import load_tokenizer, special_tokens
     from memfit.errors import MemfitError
+    from memfit.progress import interactive
     from memfit.report import console, print_json
     from memfit.report.pack import pack_json, pack_renderable
 
@@ -68,24 +103,45 @@ def pack_command(
     if seq_len < 2:
         raise MemfitError(f"--seq-len must be an integer of at least 2 tokens, got {seq_len}: a causal LM learns "
                           "each token from the ones before it, so a row of 1 token carries no loss")
-    check_out_path(out)  # before the slow part
+    target = check_out_path(out, force=force)  # before the slow part
     fields = {"text": text, "prompt": prompt, "completion": completion, "messages": messages}
-    tok, examples, loaded = _tokenized(data, tokenizer, fields, eos_choice(eos, no_eos))
-    result = pack(examples, seq_len, overflow=overflow, lines=loaded.lines)
-    if not result.rows:
-        acc = result.accounting()["examples"]
-        raise MemfitError(f"nothing to pack: of {acc['in']:,} examples, {acc['empty']:,} are empty, "
-                          f"{acc['dropped_too_long']:,} were dropped as longer than --seq-len {seq_len:,} and "
-                          f"{acc['no_loss_token']:,} have no loss token left; raise --seq-len")
-    size = write_rows(result, out)
-    skipped = [{"line": s.line, "reason": s.reason} for s in loaded.skipped]
+    tok = load_tokenizer(tokenizer, eos=eos_choice(eos, no_eos))
+    stream = open_records(data, **fields)
+    phases = _Phases(interactive(json_out))
+    _, total, unit = stream.progress()
+    bar = phases.start(f"tokenising {Path(data).name}", total, unit)
+
+    def batches() -> Any:
+        for batch in iter_tokenized(tok, stream, stream.spec, keep_rejected=False):
+            yield batch
+            done, size, _ = stream.progress()
+            bar.update(done, size)
+
+    def on_progress(phase: str, done: int, rows: int) -> None:
+        if done == 0:
+            phases.start(f"writing {target.name}", rows, "rows")
+        phases.bar.update(done, rows)
+
+    try:
+        with open_rows(target, force=force) as writer:
+            result = pack_stream(batches(), seq_len, overflow=overflow, write_row=writer.write,
+                                 scratch=target.parent if str(target.parent) else Path("."), on_progress=on_progress)
+            if not result.n_rows:  # inside the block: no empty file is left behind
+                acc = result.accounting()["examples"]
+                raise MemfitError(f"nothing to pack: of {acc['in']:,} examples, {acc['empty']:,} are empty, "
+                                  f"{acc['dropped_too_long']:,} were dropped as longer than --seq-len {seq_len:,} "
+                                  f"and {acc['no_loss_token']:,} have no loss token left", hint="raise --seq-len")
+    finally:
+        phases.close()
+    size = target.stat().st_size
+    skipped = [{"line": s.line, "reason": s.reason} for s in stream.skipped]
     rule = special_tokens(tok)
     if json_out:
         print_json(pack_json(result, data=data, tokenizer=tokenizer, out=out, out_bytes=size, skipped=skipped,
-                             special_tokens=rule, mode=loaded.spec.mode))
+                             special_tokens=rule, mode=stream.spec.mode))
         return
     console.print(pack_renderable(result, data=data, out=out, skipped=len(skipped), special_tokens=rule,
-                                  mode=loaded.spec.mode))
+                                  mode=stream.spec.mode))
 
 
 @app.command("verify-pack")
@@ -112,12 +168,11 @@ def verify_pack_command(
     """Prove the packing of DATA: a tiny random Llama (the tokenizer's vocabulary, fp32) gives the same logits and
     token-weighted loss on the packed rows as on each example alone, and no label lost its -100. PASS or FAIL;
     a failing check exits 1."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from memfit.data.tokenizer import special_tokens
     from memfit.data.torch.verify import mask_form, tiny_llama, verify_packing
     from memfit.errors import MemfitError
-    from memfit.report import console, err_console, print_json
+    from memfit.progress import interactive, progress_bar
+    from memfit.report import console, print_json
     from memfit.report.pack import verify_json, verify_renderable
 
     if attention not in ("sdpa", "eager"):
@@ -136,14 +191,12 @@ def verify_pack_command(
     if seq_len < 2:
         raise MemfitError(f"--seq-len must be an integer of at least 2 tokens, got {seq_len}")
     fields = {"text": text, "prompt": prompt, "completion": completion, "messages": messages}
-    tok, examples, loaded = _tokenized(data, tokenizer, fields, eos_choice(eos, no_eos), limit)
+    tok, examples, loaded = _first_examples(data, tokenizer, fields, eos_choice(eos, no_eos), limit)
     model = tiny_llama(len(tok), max_positions=max(seq_len, 16), seed=seed, attn_implementation=attention)
-    with Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, disable=not sys.stderr.isatty(), transient=True) as bar:
-        task = bar.add_task("verify", total=None)
+    with progress_bar(f"verifying {len(examples):,} examples packed and alone", unit="forward passes",
+                      enabled=interactive(json_out)) as bar:
         result = verify_packing(model, examples, seq_len, overflow=overflow, mask=form, limit=limit,
-                                pad_token_id=tok.pad_token_id or 0,
-                                on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+                                pad_token_id=tok.pad_token_id or 0, on_progress=bar.update)
     rule = special_tokens(tok)
     if json_out:
         print_json(verify_json(result, data=data, tokenizer=tokenizer, special_tokens=rule))

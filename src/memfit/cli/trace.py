@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memfit.cli._app import app
+from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
 from memfit.cli._quiet import quiet_third_party
 from memfit.cli._spec_options import (
@@ -22,9 +22,9 @@ from memfit.cli._spec_options import (
 )
 from memfit.errors import MemfitError, require_extra
 from memfit.estimate import RunSpec, read_config_file, resolve_config, validate_config
-from memfit.report import console, err_console, print_config_import, print_json
+from memfit.report import console, print_config_import, print_json
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+TRACE_PHASES = 3  # trace_step says: building the model, creating the optimizer state, tracing one step
 
 
 @app.command("trace")
@@ -61,8 +61,6 @@ def trace_command(
                           f"{spec.gpus}: use that, or pass --sharding none to trace one full replica")
     require_extra("torch", "torch")
     require_extra("transformers", "torch")
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
     from memfit.trace.engine import check_trace_config, check_trace_spec, trace_step
 
@@ -73,11 +71,19 @@ def trace_command(
     config = load_config(model)
     check_trace_config(config, spec)
     estimate = _estimate(model, spec, target)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
-                  transient=True, disable=json_out) as progress:
-        task = progress.add_task("tracing", total=None)
-        result = trace_step(config, spec, name=model,
-                            progress=lambda msg: progress.update(task, description=msg))
+    from memfit.progress import interactive, progress_bar
+
+    # trace reports its phases by name (trace_step's progress callback): the bar counts them; no phase reports
+    # its size, so the bar gives the phase and the time so far, and the time left only as phases complete
+    with progress_bar("tracing", total=TRACE_PHASES, unit="phases", enabled=interactive(json_out)) as bar:
+        seen: list[str] = []
+
+        def on_phase(message: str) -> None:
+            seen.append(message)
+            bar.describe(message)
+            bar.update(len(seen) - 1, TRACE_PHASES)
+
+        result = trace_step(config, spec, name=model, progress=on_phase)
     result = replace(result, target=target)
     write_html(html, "trace", trace_json(result, estimate), force)
     if json_out:

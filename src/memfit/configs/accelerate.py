@@ -14,7 +14,7 @@ from typing import Any
 from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader
 from memfit.configs.schema import FieldSpec, Schema, load_schema
-from memfit.configs.trainer import fsdp_stage
+from memfit.configs.trainer import fsdp_stage, fsdp_version
 from memfit.errors import MemfitError
 
 STAGES = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}
@@ -90,7 +90,7 @@ def _reference(r: Reader, field: str, value: str) -> Any:
 
 def _fsdp(r: Reader, cfg: dict[str, Any]) -> None:
     r.claim("fsdp_config")
-    version = int(cfg.get("fsdp_version", 1))
+    version = fsdp_version(r.doc, cfg.get("fsdp_version", 1), ("fsdp_config", "fsdp_version"))
     if version == 2:
         raf: Any = cfg.get("fsdp_reshard_after_forward", True)
     else:
@@ -136,7 +136,7 @@ def read_fsdp(doc: Document) -> FileReading:
     """A Trainer's ``fsdp_config`` JSON (training_args.py:2776: keys with or without ``fsdp_``)."""
     r = Reader(doc, "fsdp", fsdp_schema(), label="fsdp_config")
     cfg = {k[5:] if k.startswith("fsdp_") else k: v for k, v in doc.data.items()}
-    version = int(cfg.get("version", 2))
+    version = fsdp_version(doc, cfg.get("version", 2))
     raf = cfg.get("reshard_after_forward", True if version == 2 else "full_shard")
     stage = fsdp_stage(raf)
     key = next((k for k in ("reshard_after_forward", "fsdp_reshard_after_forward") if k in doc.data), None)

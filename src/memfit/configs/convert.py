@@ -3,7 +3,7 @@
 A setting whose name is a RunSpec field goes in as is; ``method`` and ``precision`` are derived; any
 other setting (``packing``, ``eval_batch``, ``optimizer_impl``, ...) is reported NOT MODELLED until RunSpec
 has a field of that name -- then it flows in with no change here (the field set is read from RunSpec
-itself), unless a caller consumes it (``accepts``).
+itself).
 
 ``sharding`` (DeepSpeed's ``zero_optimization.stage``, FSDP's sharding strategy: FULL_SHARD = zero3,
 SHARD_GRAD_OP = zero2) and ``gpus`` (accelerate's ``num_processes``, the world size) are RunSpec fields. A
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -112,7 +112,7 @@ def derive_precision(settings: Mapping[str, Any], method: str, model_dtype: str 
 
 
 def to_spec(imported: ImportedRun, *, base: RunSpec | None = None, explicit: Mapping[str, Any] | None = None,
-            accepts: Collection[str] = (), model_dtype: str | None = None) -> SpecImport:
+            model_dtype: str | None = None) -> SpecImport:
     """The RunSpec for ``imported`` over ``base`` (memfit's defaults), with ``explicit`` (command-line flags)
     winning over every file."""
     explicit = dict(explicit or {})
@@ -148,7 +148,7 @@ def to_spec(imported: ImportedRun, *, base: RunSpec | None = None, explicit: Map
         elif waits and not held:
             late["sharding"] = stage  # --gpus N gives the world size the files' stage shards over
     spec = file_spec.with_(**late, **explicit) if explicit or late else file_spec
-    rows = _final_rows(imported, settings, fields, accepts, explicit, spec, precision, method, held)
+    rows = _final_rows(imported, settings, fields, explicit, spec, precision, method, held)
     unused = {k: v for k, v in settings.items()
               if (k not in fields or k in held) and k not in DERIVED_INPUTS and k not in NOT_SPEC}
     model = imported.model.value if imported.model else None
@@ -190,7 +190,7 @@ def _derived_row(imported: ImportedRun, name: str) -> ConfigRow | None:
     return None
 
 
-def _final_rows(imported: ImportedRun, settings: Mapping[str, Any], fields: frozenset[str], accepts: Collection[str],
+def _final_rows(imported: ImportedRun, settings: Mapping[str, Any], fields: frozenset[str],
                 explicit: Mapping[str, Any], spec: RunSpec, precision: str | None,
                 method: str | None, held: Mapping[str, str]) -> tuple[ConfigRow, ...]:
     out = []
@@ -203,7 +203,7 @@ def _final_rows(imported: ImportedRun, settings: Mapping[str, Any], fields: froz
             out.append(replace(row, status="NOT MODELLED", note=_join(row.note, held[name])))
             continue
         target = DERIVED_INPUTS.get(name, name)
-        if target not in fields and name not in accepts:
+        if target not in fields:
             out.append(replace(row, status="NOT MODELLED",
                                note=_join(row.note, f"memfit's RunSpec has no {name} yet")))
             continue
@@ -244,7 +244,7 @@ def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
 
 
-def _overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+def spec_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Python-API keyword overrides as RunSpec values (``targets="q_proj,v_proj"`` -> a tuple)."""
     from memfit.estimate.spec import parse_targets
 
@@ -262,14 +262,14 @@ def _overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def spec_from_files(paths: Sequence[str | os.PathLike[str]], overrides: Mapping[str, Any] | None = None, *,
-                    accepts: Collection[str] = (), model: str | None = None) -> SpecImport:
+                    model: str | None = None) -> SpecImport:
     """``RunSpec.from_config``: read ``paths`` and build the spec, ``overrides`` winning."""
     from memfit.configs.importer import import_configs
 
     imported = import_configs([os.fspath(p) for p in paths])
     name = model or (imported.model.value if imported.model else None)
     dtype = model_dtype(name) if imported.settings.get("weights_dtype") == "auto" else None
-    return to_spec(imported, explicit=_overrides(overrides or {}), accepts=accepts, model_dtype=dtype)
+    return to_spec(imported, explicit=spec_overrides(overrides or {}), model_dtype=dtype)
 
 
 def spec_from_objects(args: Any = None, model_config: Any = None, peft_config: Any = None,
@@ -279,4 +279,4 @@ def spec_from_objects(args: Any = None, model_config: Any = None, peft_config: A
 
     imported = imported_from_objects(args, model_config, peft_config)
     dtype = dtype_name(getattr(model_config, "dtype", None) or getattr(model_config, "torch_dtype", None))
-    return to_spec(imported, explicit=_overrides(overrides or {}), model_dtype=dtype)
+    return to_spec(imported, explicit=spec_overrides(overrides or {}), model_dtype=dtype)

@@ -30,7 +30,13 @@ MAX_DEPTH = 3
 def read_document(doc: Document, kind: str, *, parent_kind: str | None = None,
                   parent: Mapping[str, Any] | None = None) -> FileReading:
     """One document read by its framework's module."""
-    from memfit.configs import accelerate, axolotl, deepspeed, llamafactory, peft, torchtune, trl
+    import memfit.configs.accelerate as accelerate
+    import memfit.configs.axolotl as axolotl
+    import memfit.configs.deepspeed as deepspeed
+    import memfit.configs.llamafactory as llamafactory
+    import memfit.configs.peft as peft
+    import memfit.configs.torchtune as torchtune
+    import memfit.configs.trl as trl
 
     readers: dict[str, Callable[[Document], FileReading]] = {
         "axolotl": axolotl.read_axolotl,
@@ -92,7 +98,7 @@ def _follow(doc: Document, reading: FileReading, out: list[tuple[FileReading, Im
 
 def read_inline(doc: Document, ref: Reference, *, parent_kind: str, parent: Mapping[str, Any]) -> FileReading:
     """``deepspeed: {...}`` written inside a Trainer config: read with its lines in the same file."""
-    from memfit.configs import deepspeed
+    import memfit.configs.deepspeed as deepspeed
 
     assert isinstance(ref.value, dict)
     if ref.kind != "deepspeed":

@@ -21,7 +21,7 @@ Its defaults, read in its source (the issue's claims checked):
 
 from __future__ import annotations
 
-from memfit.configs import trainer
+import memfit.configs.trainer as trainer
 from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader, names
 from memfit.configs.schema import load_schema

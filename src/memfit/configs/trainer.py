@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfit.configs.document import Document
 from memfit.configs.reading import Reader
+from memfit.errors import MemfitError
 
 TRAINER_VERSION = "transformers 5.24.0"
 # training_args.py:806-813: default_optim = "adamw_torch_fused" when torch >= 2.8 (memfit pins torch 2.13)
@@ -160,11 +162,28 @@ def fsdp_settings(r: Reader) -> None:
         read_fsdp_mapping(r, config, "fsdp_config")
 
 
+def fsdp_version(doc: Document, value: Any, path: tuple[str, ...] | None = None) -> int:
+    """The FSDP version as transformers 5.24.0 (``int(fsdp_config.get("version", 2))``, training_args.py:2826)
+    and accelerate read it, which raise TypeError on null or a list: here 1 or 2, else one MemfitError naming
+    the file and line."""
+    try:
+        version = int(value)
+    except (TypeError, ValueError):
+        version = 0
+    if isinstance(value, bool) or version not in (1, 2):
+        if path is None:
+            path = (next((k for k in ("fsdp_version", "version") if k in doc.data), "fsdp_version"),)
+        raise MemfitError(f"{doc.where(path)}: {path[-1]} must be 1 or 2 (the FSDP version), got {value!r}",
+                          hint=f"set {path[-1]}: 2 (or 1), or leave it out for the default")
+    return version
+
+
 def read_fsdp_mapping(r: Reader, config: dict[str, Any], field: str) -> None:
     """An HF ``fsdp_config`` mapping (keys with or without the ``fsdp_`` prefix, training_args.py:2776-2870)."""
     r.claim(field)
     cfg = {k[5:] if k.startswith("fsdp_") else k: v for k, v in config.items()}
-    version = int(cfg.get("version", 2))
+    key = next((k for k in ("fsdp_version", "version") if k in config), "fsdp_version")
+    version = fsdp_version(r.doc, cfg.get("version", 2), (*r.prefix, *field.split("."), key))
     raf = cfg.get("reshard_after_forward", True if version == 2 else "full_shard")
     stage = fsdp_stage(raf)
     r.also("sharding", stage)

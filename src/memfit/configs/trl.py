@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfit.configs import trainer
+import memfit.configs.trainer as trainer
 from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader, names
 from memfit.configs.schema import load_schema

@@ -13,9 +13,7 @@ A change the file's framework has no field for, or that lives in another file (a
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 from memfit.configs.document import Document, KeyPath, load_document
 from memfit.configs.result import ImportedRun
 from memfit.errors import MemfitError
+from memfit.files import check_output, write_atomic
 
 Change = tuple[Any, Any]  # (before, after)
 Writes = list[tuple[KeyPath, Any]]
@@ -235,13 +234,7 @@ def write_fixed(source: str | Path, kind: str, changes: Mapping[str, Change], re
                 after: Mapping[str, Any], imported: ImportedRun, out: str | Path, *,
                 force: bool = False) -> WriteResult:
     """Write ``source`` with ``changes`` (memfit setting -> (before, after)) to ``out`` (module docstring)."""
-    target = Path(out)
-    if target.exists() and not force:
-        raise MemfitError(f"{target} exists: pass --force to replace it, or --write another path")
-    if target.is_dir():
-        raise MemfitError(f"{target} is a directory: --write takes a file path")
-    if not target.parent.is_dir():
-        raise MemfitError(f"no folder {target.parent} to write {target.name} in: create it first")
+    target = check_output(out, flag="--write", force=force, example="fixed")
     doc = load_document(source)
     writer = WRITERS.get(kind)
     edits: list[Edit] = []
@@ -265,21 +258,8 @@ def write_fixed(source: str | Path, kind: str, changes: Mapping[str, Change], re
                   if not (_has(doc, *path) and _get(doc, *path) == value and type(_get(doc, *path)) is type(value))]
     edits = list({e.field: e for e in edits}.values())
     text = _edit_json(doc, edits) if doc.format == "json" else _edit_yaml(doc, edits)
-    _atomic_write(target, text)
+    write_atomic(target, text, flag="--write", force=force)
     return WriteResult(path=target, source=doc.path, kind=kind, edits=tuple(edits), not_written=tuple(skipped))
-
-
-def _atomic_write(target: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _edit_json(doc: Document, edits: list[Edit]) -> str:

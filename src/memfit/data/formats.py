@@ -18,30 +18,37 @@ a directory from ``save_to_disk``      its Arrow shards (``state.json``), read w
 Text is UTF-8, with or without a byte-order mark (``utf-8-sig``: Excel and some Windows tools write one;
 read as plain UTF-8 it would break the first JSONL record and the first CSV header).
 
+Records are streamed: :func:`open_records` reads them as they are consumed (JSON lines line by line, CSV row
+by row, Parquet and Arrow a record batch at a time), so a data set of millions of records is measured and
+packed in bounded memory. A ``.json`` list is one JSON document and is read whole; keep large data in JSON
+lines. The fields are inferred, and the named fields checked, on the first :data:`PEEK` records (all of them
+for a smaller file): a field none of them has is an error at once, not after reading a gigabyte.
+
 Nothing is lost silently: every record that cannot be used (malformed JSON, not an object, the field
 missing or of the wrong type, an unknown chat role) becomes a :class:`~memfit.data.records.Skipped`
 with its line number (the 1-based line of a JSONL file, the 1-based data row of a CSV / Parquet / JSON
-list) and the reason, and the rest is analysed. A field missing from every record is an error naming the fields that
-exist; an empty file is an error saying so.
+list) and the reason, and the rest is analysed. A field missing from every record (of the first :data:`PEEK`)
+is an error naming the fields that exist; an empty file is an error saying so. Text is never evaluated: JSON
+through :mod:`json` (a line nested deeper than the parser allows, or an integer of more than 4,300 digits, is
+a skipped line like any malformed one), CSV cells as strings, Parquet and Arrow through pyarrow.
 
 Which fields hold the training text, and what makes a record usable, is :mod:`memfit.data.records`.
 """
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memfit.data.readers import READERS, ReadPosition, detect_format
 from memfit.data.records import FieldSpec, Skipped, check_record, infer_fields, tokenized_hint
 from memfit.errors import MemfitError
 
-__all__ = ["LoadedRecords", "load_records"]
+__all__ = ["PEEK", "LoadedRecords", "RecordStream", "load_records", "open_records"]
+
+PEEK = 1000  # records read ahead to infer the fields and check the named ones
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,6 +77,116 @@ class LoadedRecords:
                 "spec": self.spec.to_dict()}
 
 
+class RecordStream:
+    """The usable records of one file, read as they are consumed: iterate for ``(line, record)``.
+
+    Made by :func:`open_records`, which has already read the first :data:`PEEK` records to settle ``spec``.
+    While (and after) iterating, ``skipped`` holds every record left out with its line and reason, in file
+    order, ``fields`` every field seen, and ``used`` the records handed out. :meth:`progress` says how far the
+    reading has got (for a progress bar). Iterate once.
+    """
+
+    def __init__(self, path: Path, fmt: str, rows: Iterator[tuple[int, dict[str, Any]]], position: ReadPosition,
+                 skipped: list[Skipped], spec: FieldSpec) -> None:
+        self.path = path
+        self.format = fmt
+        self.spec = spec
+        self.skipped = skipped
+        self.used = 0
+        self._rows = rows
+        self._position = position
+        self._seen: dict[str, None] = {}
+        self._buffer: list[tuple[int, dict[str, Any]]] = []
+        self._started = False
+
+    @property
+    def fields(self) -> list[str]:
+        return list(self._seen)
+
+    def progress(self) -> tuple[int, int, str]:
+        """``(done, total, unit)``: bytes read of the file, or rows for Parquet."""
+        return self._position.now(), self._position.total, self._position.unit
+
+    def _peek(self) -> list[tuple[int, dict[str, Any]]]:
+        for line, row in self._rows:
+            self._buffer.append((line, row))
+            self._see(row)
+            if len(self._buffer) >= PEEK:
+                break
+        return self._buffer
+
+    def _see(self, row: dict[str, Any]) -> None:
+        for key in row:
+            self._seen.setdefault(str(key), None)
+
+    def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        if self._started:
+            raise RuntimeError("a RecordStream is read once")
+        self._started = True
+        buffered, self._buffer = self._buffer, []
+        for line, row in buffered:
+            yield from self._use(line, row)
+        for line, row in self._rows:
+            self._see(row)
+            yield from self._use(line, row)
+        self.skipped.sort(key=lambda s: s.line)
+        if not self.used:
+            first = self.skipped[0]
+            raise MemfitError(f"{self.path}: no usable record ({len(self.skipped):,} skipped; line {first.line}: "
+                              f"{first.reason})")
+
+    def _use(self, line: int, row: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+        reason = check_record(row, self.spec)
+        if reason is None:
+            self.used += 1
+            yield line, row
+        else:
+            self.skipped.append(Skipped(line=line, reason=reason))
+
+
+def open_records(
+    path: str | Path,
+    *,
+    text: str | None = None,
+    prompt: str | None = None,
+    completion: str | None = None,
+    messages: str | None = None,
+) -> RecordStream:
+    """Open ``path`` for streaming its records (the module docstring lists the formats).
+
+    Reads the first :data:`PEEK` records now: with no field named, the fields are inferred from them
+    (:func:`~memfit.data.records.infer_fields`); a named field that none of them has raises a MemfitError
+    naming the fields that exist, as does an empty file or one with no readable record. Records lacking a
+    field, or holding a value of the wrong type, are skipped later, with their line and reason.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise MemfitError(f"no such file or directory: {p}",
+                          hint="pass a JSONL, JSON, CSV or Parquet file, or a save_to_disk directory")
+    fmt = detect_format(p)
+    skipped: list[Skipped] = []
+    rows, position = READERS[fmt](p, skipped)
+    spec = FieldSpec(text=text, prompt=prompt, completion=completion, messages=messages)
+    stream = RecordStream(p, fmt, rows, position, skipped, spec)
+    window = stream._peek()
+    fields = stream.fields
+    if not window:
+        if not skipped:
+            raise MemfitError(f"{p} is empty: it holds no records")
+        first = skipped[0]
+        raise MemfitError(f"{p}: no readable record ({len(skipped):,} skipped; line {first.line}: {first.reason})")
+    if spec.mode == "none":
+        spec = infer_fields(fields, path=p)
+        stream.spec = spec
+    complete = len(window) < PEEK
+    for name in spec.names:
+        if name not in fields:
+            which = "" if complete else f" in its first {PEEK:,} records"
+            raise MemfitError(f"{p} has no field {name!r}{which}; its fields are: {', '.join(fields) or '(none)'}"
+                              + tokenized_hint(fields))
+    return stream
+
+
 def load_records(
     path: str | Path,
     *,
@@ -78,230 +195,17 @@ def load_records(
     completion: str | None = None,
     messages: str | None = None,
 ) -> LoadedRecords:
-    """Read the records of ``path`` and check the named fields (see the module docstring for formats).
+    """Read every usable record of ``path`` into memory (:func:`open_records`, then the whole stream).
 
     With no field named, the fields are inferred (:func:`~memfit.data.records.infer_fields`). Records
     lacking a field, or holding a value of the wrong type, are skipped with their line and reason; a field
     present in no record at all raises :class:`MemfitError` naming the fields that exist.
     """
-    p = Path(path)
-    if not p.exists():
-        raise MemfitError(f"no such file or directory: {p}")
-    fmt = _detect_format(p)
-    rows, skipped = _READERS[fmt](p)
-    if not rows and not skipped:
-        raise MemfitError(f"{p} is empty: it holds no records")
-    fields = _fields_seen(rows)
-    if not rows:
-        first = skipped[0]
-        raise MemfitError(f"{p}: no readable record ({len(skipped)} skipped; line {first.line}: {first.reason})")
-
-    spec = FieldSpec(text=text, prompt=prompt, completion=completion, messages=messages)
-    if spec.mode == "none":
-        spec = infer_fields(fields, path=p)
-    for name in spec.names:
-        if name not in fields:
-            raise MemfitError(f"{p} has no field {name!r}; its fields are: {', '.join(fields) or '(none)'}"
-                              + tokenized_hint(fields))
-
+    stream = open_records(path, text=text, prompt=prompt, completion=completion, messages=messages)
     records: list[dict[str, Any]] = []
     lines: list[int] = []
-    for line, row in rows:
-        reason = check_record(row, spec)
-        if reason is None:
-            records.append(row)
-            lines.append(line)
-        else:
-            skipped.append(Skipped(line=line, reason=reason))
-    skipped.sort(key=lambda s: s.line)
-    if not records:
-        first = skipped[0]
-        raise MemfitError(f"{p}: no usable record ({len(skipped)} skipped; line {first.line}: {first.reason})")
-    return LoadedRecords(path=str(p), format=fmt, records=records, lines=lines, skipped=skipped, fields=fields,
-                         spec=spec)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Format readers: each returns [(line, row)] and the rows it could not parse.
-
-_Rows = tuple[list[tuple[int, dict[str, Any]]], list[Skipped]]
-
-
-def _detect_format(p: Path) -> str:
-    if p.is_dir():
-        if (p / "dataset_dict.json").exists():
-            splits = sorted(c.name for c in p.iterdir() if c.is_dir())
-            raise MemfitError(f"{p} is a DatasetDict with splits {', '.join(splits)}: pass one split's "
-                              f"directory, e.g. {p / (splits[0] if splits else 'train')}")
-        if (p / "state.json").exists() or list(p.glob("*.arrow")):
-            return "arrow"
-        raise MemfitError(f"{p} is a directory but not one written by datasets' save_to_disk "
-                          "(no state.json or .arrow files)")
-    name = p.name.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
-    for ext, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "json"), (".csv", "csv"),
-                     (".parquet", "parquet"), (".pq", "parquet"), (".arrow", "arrow")):
-        if name.endswith(ext):
-            return fmt
-    raise MemfitError(f"cannot tell the format of {p}: use .jsonl, .jsonl.gz, .json, .csv, .parquet "
-                      "or a directory from datasets' save_to_disk")
-
-
-UTF8_BOM = b"\xef\xbb\xbf"
-
-
-def _open_text(p: Path) -> io.TextIOBase:
-    """``p`` as text: UTF-8 with an optional byte-order mark (``utf-8-sig`` drops it), gzip when ``.gz``."""
-    if p.name.lower().endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", errors="replace", newline="")
-    return open(p, encoding="utf-8-sig", errors="replace", newline="")
-
-
-def _read_jsonl(p: Path) -> _Rows:
-    rows: list[tuple[int, dict[str, Any]]] = []
-    skipped: list[Skipped] = []
-    try:
-        with gzip.open(p, "rb") if p.name.lower().endswith(".gz") else open(p, "rb") as f:
-            for line_no, raw in enumerate(f, start=1):
-                if line_no == 1 and raw.startswith(UTF8_BOM):  # a byte-order mark, as utf-8-sig drops it
-                    raw = raw[len(UTF8_BOM):]
-                if not raw.strip():
-                    continue
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    skipped.append(Skipped(line=line_no, reason=f"not UTF-8: byte {exc.start + 1} cannot be decoded"))
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    skipped.append(Skipped(line=line_no, reason=f"malformed JSON: {exc.msg} at column {exc.colno}"))
-                    continue
-                if isinstance(row, dict):
-                    rows.append((line_no, row))
-                else:
-                    skipped.append(Skipped(line=line_no, reason=f"not a JSON object but {type(row).__name__}"))
-    except (OSError, EOFError) as exc:
-        raise MemfitError(f"cannot read {p}: {exc}") from exc
-    return rows, skipped
-
-
-def _read_json(p: Path) -> _Rows:
-    try:
-        with _open_text(p) as f:
-            content = f.read()
-    except (OSError, EOFError) as exc:
-        raise MemfitError(f"cannot read {p}: {exc}") from exc
-    if not content.strip():
-        return [], []
-    try:
-        data = json.loads(content)
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data":  # JSON lines in a .json file
-            return _read_jsonl(p)
-        raise MemfitError(f"{p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
-    if isinstance(data, dict):
-        lists = [v for v in data.values() if isinstance(v, list)]
-        if len(lists) != 1:
-            raise MemfitError(f"{p} holds a JSON object, not a list of records; expected a list "
-                              "(or an object with exactly one list in it)")
-        data = lists[0]
-    if not isinstance(data, list):
-        raise MemfitError(f"{p} holds a JSON {type(data).__name__}, not a list of records")
-    rows: list[tuple[int, dict[str, Any]]] = []
-    skipped: list[Skipped] = []
-    for i, row in enumerate(data, start=1):
-        if isinstance(row, dict):
-            rows.append((i, row))
-        else:
-            skipped.append(Skipped(line=i, reason=f"record {i} is not a JSON object but {type(row).__name__}"))
-    return rows, skipped
-
-
-def _read_csv(p: Path) -> _Rows:
-    rows: list[tuple[int, dict[str, Any]]] = []
-    skipped: list[Skipped] = []
-    try:
-        with _open_text(p) as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                return [], []
-            for cells in reader:
-                line_no = reader.line_num
-                if not cells:
-                    continue
-                if len(cells) != len(header):
-                    skipped.append(Skipped(line=line_no, reason=f"{len(cells)} cells where the header has "
-                                                                f"{len(header)}"))
-                    continue
-                rows.append((line_no, dict(zip(header, cells, strict=True))))
-    except csv.Error as exc:
-        raise MemfitError(f"cannot parse {p} as CSV: {exc}") from exc
-    except (OSError, EOFError) as exc:
-        raise MemfitError(f"cannot read {p}: {exc}") from exc
-    return rows, skipped
-
-
-def _read_parquet(p: Path) -> _Rows:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as exc:
-        raise MemfitError("reading Parquet needs pyarrow: pip install 'memfit[data]'") from exc
-    try:
-        table = pq.read_table(p)
-    except Exception as exc:  # pyarrow raises several types for a bad file
-        raise MemfitError(f"cannot read {p} as Parquet: {exc}") from exc
-    return [(i, row) for i, row in enumerate(table.to_pylist(), start=1)], []
-
-
-def _arrow_shards(p: Path) -> Iterator[Path]:
-    if p.is_file():
-        yield p
-        return
-    state = p / "state.json"
-    if state.exists():
-        try:
-            files = json.loads(state.read_text())["_data_files"]
-            for entry in files:
-                yield p / entry["filename"]
-            return
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise MemfitError(f"cannot read {state}: {exc}") from exc
-    yield from sorted(p.glob("*.arrow"))
-
-
-def _read_arrow(p: Path) -> _Rows:
-    try:
-        import pyarrow as pa
-    except ImportError as exc:
-        raise MemfitError("reading a save_to_disk directory needs pyarrow: pip install 'memfit[data]'") from exc
-    rows: list[tuple[int, dict[str, Any]]] = []
-    n = 0
-    for shard in _arrow_shards(p):
-        try:
-            with open(shard, "rb") as f:
-                try:
-                    table = pa.ipc.open_stream(f).read_all()
-                except pa.ArrowInvalid:
-                    f.seek(0)
-                    table = pa.ipc.open_file(f).read_all()
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise MemfitError(f"cannot read the Arrow shard {shard}: {exc}") from exc
-        for row in table.to_pylist():
-            n += 1
-            rows.append((n, row))
-    return rows, []
-
-
-_READERS = {"jsonl": _read_jsonl, "json": _read_json, "csv": _read_csv, "parquet": _read_parquet,
-            "arrow": _read_arrow}
-
-
-def _fields_seen(rows: list[tuple[int, dict[str, Any]]]) -> list[str]:
-    seen: dict[str, None] = {}
-    for _, row in rows:
-        for key in row:
-            seen.setdefault(str(key), None)
-    return list(seen)
+    for line, row in stream:
+        records.append(row)
+        lines.append(line)
+    return LoadedRecords(path=str(stream.path), format=stream.format, records=records, lines=lines,
+                         skipped=stream.skipped, fields=stream.fields, spec=stream.spec)

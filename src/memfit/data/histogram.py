@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LengthHistogram:
@@ -52,14 +54,13 @@ def length_histogram(lengths: Sequence[int], target: int = 40) -> LengthHistogra
     >>> length_histogram([3, 7, 12, 12, 25], target=5).counts
     (1, 1, 2, 0, 0, 1)
     """
-    if not len(lengths):
+    lens = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if not lens.size:
         return LengthHistogram(bin_width=1, edges=(0, 1), counts=(0,))
-    lo, hi = int(min(lengths)), int(max(lengths))
+    lo, hi = int(lens.min()), int(lens.max())
     width = _bin_width(hi - lo + 1, target)
     first = lo // width * width
     n_bins = hi // width - first // width + 1
-    counts = [0] * n_bins
-    for n in lengths:
-        counts[(int(n) - first) // width] += 1
+    counts = np.bincount((lens - first) // width, minlength=n_bins)
     edges = tuple(first + i * width for i in range(n_bins + 1))
-    return LengthHistogram(bin_width=width, edges=edges, counts=tuple(counts))
+    return LengthHistogram(bin_width=width, edges=edges, counts=tuple(int(c) for c in counts))

@@ -32,6 +32,7 @@ from memfit.data.records import Skipped
 from memfit.data.tokenizer import SpecialTokens
 from memfit.errors import MemfitError
 from memfit.estimate.constants import IGNORE_INDEX, seq_round_up
+from memfit.progress import ProgressCallback
 
 if TYPE_CHECKING:
     from memfit.data.tokenize import TokenizedExample
@@ -97,7 +98,8 @@ class ActivationRow:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LengthReport:
-    """Everything ``memfit lengths`` reports. Lengths are in tokens; ``lengths`` is per example, in file order."""
+    """Everything ``memfit lengths`` reports. Lengths are in tokens; ``lengths`` is per example, in file order (an
+    int64 array: 8 bytes an example, all that is kept of the data)."""
 
     source: str
     tokenizer: str
@@ -118,7 +120,7 @@ class LengthReport:
     recommended_truncated_tokens: int
     padding: PaddingReport
     skipped: list[Skipped]
-    lengths: list[int] = field(repr=False)
+    lengths: np.ndarray = field(repr=False, compare=False)  # int64, one per example, in file order
     activations: list[ActivationRow] | None = None
     model: str | None = None
     special_tokens: SpecialTokens | None = None
@@ -185,6 +187,8 @@ def length_report(
     source: str = "",
     tokenizer: str = "",
     seed: int = 0,
+    loss_tokens: int | None = None,
+    loss_tokens_truncated: int | None = None,
 ) -> LengthReport:
     """Statistics of ``lengths`` (module docstring).
 
@@ -199,6 +203,9 @@ def length_report(
         source: the data's name, for the report.
         tokenizer: the tokenizer's name, for the report.
         seed: seed of the random batch order.
+        loss_tokens: the loss tokens, counted already (a streamed data set keeps no examples); used when
+            ``examples`` is None and ``mode`` is not ``"text"``.
+        loss_tokens_truncated: of those, the ones past ``seq_len``.
 
     Returns:
         The report (without activations: :func:`strategy_activations` adds them).
@@ -218,6 +225,8 @@ def length_report(
     if examples is not None and mode != "text":
         loss = sum(e.loss_tokens for e in examples)
         loss_cut = sum(sum(1 for t in e.labels[seq_len:] if t != IGNORE_INDEX) for e in examples if len(e) > seq_len)
+    elif mode != "text":
+        loss, loss_cut = loss_tokens, loss_tokens_truncated
     return LengthReport(
         source=source,
         tokenizer=tokenizer,
@@ -238,7 +247,7 @@ def length_report(
         recommended_truncated_tokens=int(np.maximum(lens - recommended, 0).sum()),
         padding=padding_report(lens, batch=batch, seq_len=seq_len, seed=seed),
         skipped=list(skipped),
-        lengths=lens.tolist(),
+        lengths=lens,
     )
 
 
@@ -255,15 +264,18 @@ def analyse_lengths(
     seed: int = 0,
     progress: bool = False,
     eos: str | bool | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> LengthReport:
-    """Load ``data``, tokenise it with ``tokenizer`` and report its lengths.
+    """Stream ``data``, tokenise it with ``tokenizer`` in batches and report its lengths.
 
     The one call other commands use (``memfit fit --data`` takes ``report.p95`` and
     ``report.recommended_seq_len`` from here). Examples that tokenise to nothing (or chats the template
-    rejects) are counted in ``skipped``, not measured.
+    rejects) are counted in ``skipped``, not measured. Only the lengths are kept (an int array, 8 bytes an
+    example) and two running sums of loss tokens; records and token ids are dropped batch by batch, so the
+    memory does not grow with the data beyond the lengths (``bench/bench_scale.py``: 2,000,000 examples).
 
     Args:
-        data: the data file or ``save_to_disk`` directory (:func:`memfit.data.formats.load_records`).
+        data: the data file or ``save_to_disk`` directory (:func:`memfit.data.formats.open_records`).
         tokenizer: a tokenizer path (:func:`memfit.data.tokenizer.load_tokenizer`) or a loaded tokenizer.
         text: the field holding the whole text.
         prompt: the field holding the prompt (no loss).
@@ -272,9 +284,11 @@ def analyse_lengths(
         seq_len: the training sequence length, at least 2.
         batch: the micro-batch size the padding waste is worked at, at least 1.
         seed: seed of the random batch order, at least 0.
-        progress: show a progress bar while tokenising.
+        progress: show a progress bar (bytes read, rate, time left) while tokenising, on a terminal.
         eos: ``load_tokenizer``'s ``eos`` (``--eos TOKEN`` / ``--no-eos``; ``None``: the tokenizer's own rule),
             used when ``tokenizer`` is a path.
+        on_progress: called after each batch with ``(done, total)`` in the stream's unit (bytes, or rows of
+            a Parquet file).
 
     Returns:
         The report, with the special-tokens rule that was applied.
@@ -282,31 +296,66 @@ def analyse_lengths(
     Raises:
         MemfitError: a bad flag value, an unreadable file or tokenizer, or no example to measure.
     """
-    from memfit.data.formats import load_records
-    from memfit.data.tokenize import tokenize_records
+    from memfit.data.formats import open_records
+    from memfit.data.tokenize import iter_tokenized
     from memfit.data.tokenizer import load_tokenizer, special_tokens, tokenizer_name
+    from memfit.progress import progress_bar
 
     for flag, value, least in (("--seq-len", seq_len, MIN_SEQ_LEN), ("--batch", batch, 1), ("--seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise MemfitError(_too_small(flag, value, least))
-    loaded = load_records(data, text=text, prompt=prompt, completion=completion, messages=messages)
+    stream = open_records(data, text=text, prompt=prompt, completion=completion, messages=messages)
     tok = load_tokenizer(tokenizer, eos=eos) if isinstance(tokenizer, str | Path) else tokenizer
-    spec = loaded.spec
-    rejected: dict[int, str] = {}
-    examples = tokenize_records(tok, loaded.records, text=spec.text, prompt=spec.prompt,
-                                completion=spec.completion, messages=spec.messages, progress=progress,
-                                rejected=rejected)
-    empty = [i for i, e in enumerate(examples) if len(e) == 0]
-    skipped = list(loaded.skipped)
-    if empty:  # nothing to train on (or a chat the template rejects): counted, not analysed
-        skipped += [Skipped(line=loaded.lines[i], reason=rejected.get(i, "tokenises to no tokens")) for i in empty]
-        skipped.sort(key=lambda s: s.line)
-        drop = set(empty)
-        examples = [e for i, e in enumerate(examples) if i not in drop]
-    report = length_report([len(e) for e in examples], seq_len=seq_len, batch=batch, examples=examples,
-                           mode=spec.mode, skipped=skipped, source=str(data), tokenizer=tokenizer_name(tok),
-                           seed=seed)
+    spec = stream.spec
+    counter = _LengthCounter(seq_len, count_loss=spec.mode != "text")
+    _, total, unit = stream.progress()
+    with progress_bar(f"tokenising {Path(data).name}", total=total, unit=unit,
+                      enabled=None if progress else False) as bar:
+        for tb in iter_tokenized(tok, stream, spec):
+            counter.add(tb.lines, tb.examples, tb.rejected)
+            done, total, _ = stream.progress()
+            bar.update(done, total)
+            if on_progress is not None:
+                on_progress(done, total)
+    skipped = sorted([*stream.skipped, *counter.skipped], key=lambda s: s.line)
+    report = length_report(counter.lengths(), seq_len=seq_len, batch=batch, mode=spec.mode, skipped=skipped,
+                           source=str(data), tokenizer=tokenizer_name(tok), seed=seed,
+                           loss_tokens=counter.loss, loss_tokens_truncated=counter.loss_cut)
     return replace(report, special_tokens=special_tokens(tok))
+
+
+class _LengthCounter:
+    """What :func:`analyse_lengths` keeps of the examples: their lengths (int64 chunks), the loss tokens and
+    the loss tokens past ``seq_len`` (running sums, from each batch's labels at once), the empty ones."""
+
+    def __init__(self, seq_len: int, *, count_loss: bool) -> None:
+        self.seq_len = seq_len
+        self.count_loss = count_loss
+        self.loss = 0
+        self.loss_cut = 0
+        self.skipped: list[Skipped] = []
+        self._chunks: list[np.ndarray] = []
+
+    def add(self, lines: Sequence[int], examples: Sequence[TokenizedExample], rejected: dict[int, str]) -> None:
+        lens = np.fromiter((len(e) for e in examples), dtype=np.int64, count=len(examples))
+        for i in np.flatnonzero(lens == 0).tolist():  # nothing to train on, or a chat the template rejects
+            self.skipped.append(Skipped(line=lines[i], reason=rejected.get(i, "tokenises to no tokens")))
+        self._chunks.append(lens[lens > 0])
+        if not self.count_loss or not lens.size:
+            return
+        from itertools import chain
+
+        carries = np.fromiter(chain.from_iterable(e.labels for e in examples), dtype=np.int64,
+                              count=int(lens.sum())) != IGNORE_INDEX
+        self.loss += int(carries.sum())
+        long = np.flatnonzero(lens > self.seq_len)
+        if long.size:  # loss tokens at positions >= seq_len of each longer example
+            csum = np.concatenate(([0], np.cumsum(carries)))
+            starts = np.cumsum(lens) - lens
+            self.loss_cut += int((csum[starts[long] + lens[long]] - csum[starts[long] + self.seq_len]).sum())
+
+    def lengths(self) -> np.ndarray:
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, dtype=np.int64)
 
 
 def strategy_activations(report: LengthReport, shape: ModelShape, spec: RunSpec) -> list[ActivationRow]:

@@ -24,219 +24,36 @@ would otherwise be learnt from the end of another example in a row. Loss tokens,
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
-
-import numpy as np
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from memfit.data.binpack import fill_rows
+from memfit.data.packed import (
+    OVERFLOW_CHOICES,
+    Overflow,
+    PackedRow,
+    PackResult,
+    RowArrays,
+    Tokenized,
+    example_fields,
+    loss_tokens,
+)
+from memfit.data.pieces import FileStore, MemoryStore, PiecePlan, build_rows, flatten_examples
 from memfit.errors import MemfitError
 from memfit.estimate.constants import IGNORE_INDEX
-
-Overflow = Literal["error", "truncate", "drop", "split"]
-OVERFLOW_CHOICES: tuple[str, ...] = ("error", "truncate", "drop", "split")
 
 __all__ = [
     "OVERFLOW_CHOICES",
     "PackResult",
     "PackedRow",
+    "RowArrays",
     "Tokenized",
     "example_fields",
     "loss_tokens",
     "pack",
+    "pack_stream",
 ]
-
-
-class Tokenized(Protocol):
-    """Anything with ``input_ids`` and ``labels`` (memfit's ``TokenizedExample``; a dict works too)."""
-
-    input_ids: Sequence[int]
-    labels: Sequence[int]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PackedRow:
-    """One packed row. All per-token lists have the same length (the row's real tokens, no padding).
-
-    ``seq_lens[j]`` tokens of example ``example_ids[j]``, starting at its token ``example_offsets[j]`` (0 unless
-    the example was split), sit at ``cu_seqlens[j]:cu_seqlens[j + 1]``; ``position_ids`` restart at 0 there and
-    ``labels[cu_seqlens[j]]`` is -100.
-    """
-
-    input_ids: list[int]
-    labels: list[int]
-    position_ids: list[int]
-    seq_lens: list[int]
-    cu_seqlens: list[int]
-    example_ids: list[int]
-    example_offsets: list[int]
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.input_ids)
-
-    def to_dict(self) -> dict[str, list[int]]:
-        return {
-            "input_ids": self.input_ids,
-            "labels": self.labels,
-            "position_ids": self.position_ids,
-            "seq_lens": self.seq_lens,
-            "cu_seqlens": self.cu_seqlens,
-            "example_ids": self.example_ids,
-            "example_offsets": self.example_offsets,
-        }
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PackResult:
-    """Packed rows and the accounting of every example, token and loss token, in and out.
-
-    ``tokens`` are the real tokens in the rows. ``efficiency = tokens / (rows * max_len)``; the lower bound on
-    rows is ``ceil(tokens / max_len)`` and ``bound_ratio = lower_bound_rows / rows`` (1.0 = optimal).
-
-    Loss tokens are the tokens a causal LM trains on (``labels[1:] != -100``: the shift drops label 0).
-    ``loss_tokens_in`` counts them in the whole examples as given, alone; ``loss_tokens_out`` in the rows.
-    Nothing goes missing between them: every example, token and loss token that is not in the rows is counted
-    under the reason it left (:meth:`accounting`)::
-
-        examples     = packed_examples + empty_examples + dropped_examples + no_loss_examples
-        tokens_in    = tokens + truncated_tokens + dropped_tokens + no_loss_tokens
-        loss_tokens_in = loss_tokens_out + truncated_loss_tokens + dropped_loss_tokens + split_labels_masked
-
-    ``truncated_*``: ``--overflow truncate`` cut the tail past ``max_len``; ``dropped_*``: ``--overflow drop``
-    left out an example longer than ``max_len``; ``split_labels_masked``: a split piece's first label, which
-    the whole example trained on and the piece cannot (its first label becomes -100); ``no_loss_*``: an
-    example (or split piece) with no loss token left (a prompt longer than ``max_len`` that truncation
-    leaves without its completion, a piece of a split prompt, an example whose labels are all -100) trains
-    nothing and is left out rather than packed as dead weight. ``no_loss_examples`` counts examples left with
-    nothing in the rows for that reason, ``no_loss_pieces`` the split pieces left out.
-    """
-
-    rows: tuple[PackedRow, ...]
-    max_len: int
-    overflow: str
-    examples: int
-    empty_examples: int
-    packed_examples: int
-    tokens_in: int
-    tokens: int
-    truncated_examples: int
-    truncated_tokens: int
-    truncated_loss_tokens: int
-    dropped_examples: int
-    dropped_tokens: int
-    dropped_loss_tokens: int
-    split_examples: int
-    split_pieces: int
-    split_labels_masked: int
-    no_loss_examples: int
-    no_loss_pieces: int
-    no_loss_tokens: int
-    loss_tokens_in: int
-    loss_tokens_out: int
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.rows)
-
-    @property
-    def lower_bound_rows(self) -> int:
-        return math.ceil(self.tokens / self.max_len)
-
-    @property
-    def efficiency(self) -> float:
-        return self.tokens / (self.n_rows * self.max_len) if self.rows else 0.0
-
-    @property
-    def bound_ratio(self) -> float:
-        return self.lower_bound_rows / self.n_rows if self.rows else 1.0
-
-    @property
-    def padding_tokens(self) -> int:
-        """Padding if every row were padded to ``max_len``."""
-        return self.n_rows * self.max_len - self.tokens
-
-    @property
-    def examples_per_row(self) -> float:
-        return self.packed_examples / self.n_rows if self.rows else 0.0
-
-    def accounting(self) -> dict[str, dict[str, int]]:
-        """Examples, tokens and loss tokens in, out, and each reason for the difference (class docstring).
-
-        ``in == out + the sum of the other entries`` for each of the three.
-        """
-        return {
-            "examples": {"in": self.examples, "out": self.packed_examples, "empty": self.empty_examples,
-                         "dropped_too_long": self.dropped_examples, "no_loss_token": self.no_loss_examples},
-            "tokens": {"in": self.tokens_in, "out": self.tokens, "truncated": self.truncated_tokens,
-                       "dropped_too_long": self.dropped_tokens, "no_loss_token": self.no_loss_tokens},
-            "loss_tokens": {"in": self.loss_tokens_in, "out": self.loss_tokens_out,
-                            "truncated": self.truncated_loss_tokens, "dropped_too_long": self.dropped_loss_tokens,
-                            "split_first_label_masked": self.split_labels_masked},
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rows": self.n_rows,
-            "max_len": self.max_len,
-            "overflow": self.overflow,
-            "examples": self.examples,
-            "empty_examples": self.empty_examples,
-            "packed_examples": self.packed_examples,
-            "examples_per_row": self.examples_per_row,
-            "tokens_in": self.tokens_in,
-            "tokens": self.tokens,
-            "padding_tokens": self.padding_tokens,
-            "efficiency": self.efficiency,
-            "lower_bound_rows": self.lower_bound_rows,
-            "bound_ratio": self.bound_ratio,
-            "truncated_examples": self.truncated_examples,
-            "truncated_tokens": self.truncated_tokens,
-            "truncated_loss_tokens": self.truncated_loss_tokens,
-            "dropped_examples": self.dropped_examples,
-            "dropped_tokens": self.dropped_tokens,
-            "dropped_loss_tokens": self.dropped_loss_tokens,
-            "split_examples": self.split_examples,
-            "split_pieces": self.split_pieces,
-            "split_labels_masked": self.split_labels_masked,
-            "no_loss_examples": self.no_loss_examples,
-            "no_loss_pieces": self.no_loss_pieces,
-            "no_loss_tokens": self.no_loss_tokens,
-            "loss_tokens_in": self.loss_tokens_in,
-            "loss_tokens_out": self.loss_tokens_out,
-            "accounting": self.accounting(),
-        }
-
-    def breakdown(self) -> dict[str, int]:
-        """Where every input token went: ``packed + truncated + dropped + no_loss == input``."""
-        return {
-            "tokens/input": self.tokens_in,
-            "tokens/packed": self.tokens,
-            "tokens/truncated": self.truncated_tokens,
-            "tokens/dropped": self.dropped_tokens,
-            "tokens/no_loss": self.no_loss_tokens,
-            "loss_tokens/input": self.loss_tokens_in,
-            "loss_tokens/packed": self.loss_tokens_out,
-            "loss_tokens/truncated": self.truncated_loss_tokens,
-            "loss_tokens/dropped": self.dropped_loss_tokens,
-            "loss_tokens/split_first_label_masked": self.split_labels_masked,
-            "slots/rows_x_max_len": self.n_rows * self.max_len,
-            "slots/padding": self.padding_tokens,
-        }
-
-
-def example_fields(example: Tokenized | Mapping[str, Sequence[int]]) -> tuple[Sequence[int], Sequence[int]]:
-    """``(input_ids, labels)`` of a tokenized example object or dict."""
-    if isinstance(example, Mapping):
-        return example["input_ids"], example["labels"]
-    return example.input_ids, example.labels
-
-
-def loss_tokens(labels: Sequence[int]) -> int:
-    """Tokens a causal LM trains on for one sequence: ``labels[1:] != -100`` (the shift drops label 0)."""
-    return sum(1 for t in labels[1:] if t != IGNORE_INDEX)
 
 
 def pack(
@@ -280,142 +97,61 @@ def pack(
     >>> row.input_ids, row.labels, row.position_ids, row.cu_seqlens
     ([1, 2, 3, 4, 5], [-100, 2, 3, -100, 5], [0, 1, 2, 0, 1], [0, 3, 5])
     """
-    if overflow not in OVERFLOW_CHOICES:
-        raise MemfitError(f"unknown --overflow {overflow!r}: choose one of {', '.join(OVERFLOW_CHOICES)}")
-    if max_len < 2:
-        raise MemfitError(f"--seq-len must be an integer of at least 2 tokens, got {max_len}: a causal LM learns "
-                          "each token from the ones before it, so a row of 1 token carries no loss")
+    plan = PiecePlan(max_len, overflow)
     fields = [example_fields(e) for e in examples]
     for i, (ids, labels) in enumerate(fields):
         if len(ids) != len(labels):
             raise MemfitError(
                 f"example {i} has {len(ids):,} input_ids but {len(labels):,} labels: they must be the same length"
             )
-    lengths = np.fromiter((len(ids) for ids, _ in fields), dtype=np.int64, count=len(fields))
-    over = np.flatnonzero(lengths > max_len)
-    if over.size and overflow == "error":
-        i = int(over[0])
-        where = f" (line {lines[i]})" if lines is not None and i < len(lines) else ""
-        raise MemfitError(
-            f"example {i}{where} has {int(lengths[i]):,} tokens, more than --seq-len {max_len:,} "
-            f"({over.size:,} example{'s are' if over.size > 1 else ' is'} longer): raise --seq-len or pass "
-            "--overflow truncate|drop|split"
-        )
-    # Pieces to pack: (example, offset, length). Each piece trains on its labels[1:].
-    item_example: list[int] = []
-    item_offset: list[int] = []
-    item_len: list[int] = []
-    truncated_examples = truncated_tokens = truncated_loss = 0
-    dropped_examples = dropped_tokens = dropped_loss = 0
-    split_examples = split_pieces = split_masked = 0
-    no_loss_examples = no_loss_pieces = no_loss_tokens = 0
-    empty = loss_in = 0
+    store = MemoryStore(fields)
+    plan.add(store.lengths, store.labels != IGNORE_INDEX, lines=lines, complete=True)
+    order, starts = fill_rows(plan.piece_len, max_len)
+    rows = tuple(row.to_packed_row() for row in build_rows(store, plan, order, starts))
+    return plan.result(rows=rows, n_rows=len(rows))
 
-    def live(labels: Sequence[int], a: int, b: int) -> int:  # loss tokens of the piece labels[a:b] alone
-        return sum(1 for t in labels[a + 1 : b] if t != IGNORE_INDEX)
 
-    for i, n in enumerate(lengths.tolist()):
-        if n == 0:
-            empty += 1
-            continue
-        labels = fields[i][1]
-        whole = live(labels, 0, n)
-        loss_in += whole
-        if n <= max_len or overflow == "truncate":
-            keep = min(n, max_len)
-            kept = whole if keep == n else live(labels, 0, keep)
-            if keep < n:
-                truncated_examples += 1
-                truncated_tokens += n - keep
-                truncated_loss += whole - kept
-            if kept == 0:
-                no_loss_examples += 1
-                no_loss_tokens += keep
-                continue
-            item_example.append(i)
-            item_offset.append(0)
-            item_len.append(keep)
-        elif overflow == "drop":
-            dropped_examples += 1
-            dropped_tokens += n
-            dropped_loss += whole
-        else:  # split
-            split_examples += 1
-            placed = 0
-            for off in range(0, n, max_len):
-                end = min(n, off + max_len)
-                split_pieces += 1
-                if off and labels[off] != IGNORE_INDEX:
-                    split_masked += 1  # in the whole example this label was trained on; the piece cannot keep it
-                if live(labels, off, end) == 0:
-                    no_loss_pieces += 1
-                    no_loss_tokens += end - off
-                    continue
-                placed += 1
-                item_example.append(i)
-                item_offset.append(off)
-                item_len.append(end - off)
-            if not placed:
-                no_loss_examples += 1
+def pack_stream(
+    batches: Iterable[Any],
+    max_len: int,
+    *,
+    overflow: Overflow | str = "error",
+    write_row: Callable[[RowArrays], None],
+    scratch: str | Path,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> PackResult:
+    """:func:`pack` for a data set that does not fit in memory: the same rows, written out one by one.
 
-    order, starts = fill_rows(item_len, max_len)
-    rows: list[PackedRow] = []
-    loss_out = 0
-    flat = order.tolist()
-    bounds = starts.tolist()
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        input_ids: list[int] = []
-        labels_row: list[int] = []
-        position_ids: list[int] = []
-        seq_lens: list[int] = []
-        cu = [0]
-        ex_ids: list[int] = []
-        ex_offs: list[int] = []
-        for item in flat[a:b]:
-            e, off, n = item_example[item], item_offset[item], item_len[item]
-            ids, labs = fields[e]
-            piece_labels = list(labs[off : off + n])
-            piece_labels[0] = IGNORE_INDEX
-            input_ids.extend(ids[off : off + n])
-            labels_row.extend(piece_labels)
-            position_ids.extend(range(n))
-            seq_lens.append(n)
-            cu.append(cu[-1] + n)
-            ex_ids.append(e)
-            ex_offs.append(off)
-        loss_out += loss_tokens(labels_row)
-        rows.append(
-            PackedRow(
-                input_ids=input_ids,
-                labels=labels_row,
-                position_ids=position_ids,
-                seq_lens=seq_lens,
-                cu_seqlens=cu,
-                example_ids=ex_ids,
-                example_offsets=ex_offs,
-            )
-        )
-    return PackResult(
-        rows=tuple(rows),
-        max_len=max_len,
-        overflow=str(overflow),
-        examples=len(fields),
-        empty_examples=empty,
-        packed_examples=len(set(item_example)),
-        tokens_in=int(lengths.sum()),
-        tokens=int(sum(item_len)),
-        truncated_examples=truncated_examples,
-        truncated_tokens=truncated_tokens,
-        truncated_loss_tokens=truncated_loss,
-        dropped_examples=dropped_examples,
-        dropped_tokens=dropped_tokens,
-        dropped_loss_tokens=dropped_loss,
-        split_examples=split_examples,
-        split_pieces=split_pieces,
-        split_labels_masked=split_masked,
-        no_loss_examples=no_loss_examples,
-        no_loss_pieces=no_loss_pieces,
-        no_loss_tokens=no_loss_tokens,
-        loss_tokens_in=loss_in,
-        loss_tokens_out=loss_out,
-    )
+    Two passes, and the second reads no data file: pass 1 consumes ``batches`` (``TokenizedBatch``-like:
+    ``lines`` and ``examples``, as :func:`memfit.data.tokenize.iter_tokenized` yields them), decides every
+    example's pieces and the accounting as :func:`pack` does, and appends the token ids to a scratch file in the
+    folder ``scratch`` (4 bytes a token: the id in the low 31 bits, "carries loss" in the top bit; labels from a
+    tokenizer are the id or -100, nothing else). Then :func:`~memfit.data.binpack.fill_rows` places the pieces,
+    which needs every length first, and pass 2 builds each row from the scratch file (``os.pread`` of its
+    pieces: read, not mapped, so the pages are the kernel's cache and not this process's memory) and hands it
+    to ``write_row``. The scratch file is removed at the end, also on an error or an interrupt.
+
+    Why a scratch file and not a second tokenisation: tokenising is the slow part (about 6,000 GSM8K examples
+    a second on 2 cores, ``bench/RESULTS.md``), and the rows mix examples from all over the file, so pass 2
+    would need random access to tokenised examples anyway. The scratch file is smaller than the rows written
+    from it (which carry ids, labels and positions), so where the output fits, it fits. Memory is the per-example
+    bookkeeping (about 40 bytes an example) plus one batch and one row.
+
+    ``on_progress(phase, done, total)`` is called with ``"packing"`` after the pieces are placed and with
+    ``"writing"`` as rows are written (done rows of total).
+    """
+    plan = PiecePlan(max_len, overflow)
+    with FileStore(scratch) as store:
+        for batch in batches:
+            ids, carries, lengths = flatten_examples(batch.examples)
+            plan.add(lengths, carries, lines=batch.lines, complete=False, first=store.count)
+            store.append(ids, carries, lengths)
+        order, starts = fill_rows(plan.piece_len, max_len)
+        n_rows = int(starts.size - 1)
+        if on_progress is not None:
+            on_progress("writing", 0, n_rows)
+        for r, row in enumerate(build_rows(store, plan, order, starts), start=1):
+            write_row(row)
+            if on_progress is not None and (r % 256 == 0 or r == n_rows):
+                on_progress("writing", r, n_rows)
+    return plan.result(rows=(), n_rows=n_rows)

@@ -151,19 +151,26 @@ def length_grouped_order(lengths: Sequence[int] | np.ndarray, batch: int, perm: 
     (descending, stable as Python's ``sorted``), concatenated; then the first element of the megabatch
     with the largest maximum is swapped with the very first element.
     """
-    lens = [int(x) for x in lengths]
-    n = len(lens)
+    return _grouped_order(np.asarray(lengths, dtype=np.int64), batch, np.asarray(perm, dtype=np.int64),
+                          mega_batch_mult).tolist()
+
+
+def _grouped_order(lens: np.ndarray, batch: int, perm: np.ndarray, mega_batch_mult: int | None = None) -> np.ndarray:
+    """:func:`length_grouped_order` in numpy, one int64 array (no Python int per example: 2,000,000 examples
+    cost 16 MB here, where lists cost ~150 MB). ``np.lexsort`` is stable, as ``sorted(reverse=True)`` is: equal
+    lengths keep their order in ``perm``."""
+    n = int(lens.size)
     if mega_batch_mult is None:
         mega_batch_mult = min(n // (batch * 4), MEGA_BATCH_MULT) or 1
     size = mega_batch_mult * batch
-    idx = [int(i) for i in perm]
-    megabatches = [sorted(idx[i:i + size], key=lambda j: lens[j], reverse=True) for i in range(0, n, size)]
-    if not megabatches:
-        return []
-    maxima = [lens[m[0]] for m in megabatches]
-    top = int(np.argmax(maxima))  # first maximum, as torch.argmax on CPU returns
-    megabatches[0][0], megabatches[top][0] = megabatches[top][0], megabatches[0][0]
-    return [i for m in megabatches for i in m]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    mega = np.arange(n, dtype=np.int64) // size
+    order = perm[np.lexsort((-lens[perm], mega))]  # by megabatch, then longest first, ties in perm order
+    firsts = np.arange(0, n, size)
+    top = int(np.argmax(lens[order[firsts]]))  # first maximum, as torch.argmax on CPU returns
+    order[0], order[firsts[top]] = order[firsts[top]], order[0]
+    return order
 
 
 def padding_report(lengths: Sequence[int] | np.ndarray, *, batch: int, seq_len: int, seed: int = 0) -> PaddingReport:
@@ -180,8 +187,7 @@ def padding_report(lengths: Sequence[int] | np.ndarray, *, batch: int, seq_len: 
     rng = np.random.default_rng(seed)
     perm = rng.permutation(lens.size)
     random = batch_padding(lens[perm], batch, strategy="random")
-    grouped_order = length_grouped_order(lens, batch, perm)
-    grouped = batch_padding(lens[np.asarray(grouped_order, dtype=np.int64)], batch, strategy="grouped")
+    grouped = batch_padding(lens[_grouped_order(lens, batch, perm)], batch, strategy="grouped")
     packed = _packed(lens, batch, seq_len)
     return PaddingReport(batch=batch, seq_len=seq_len, seed=seed, random=random, grouped=grouped, packed=packed)
 

@@ -141,7 +141,11 @@ def load_tokenizer(path: str | Path, *, eos: str | bool | None = None) -> PreTra
     except MemfitError:
         raise
     except Exception as exc:  # transformers raises many types for an unreadable tokenizer
-        raise MemfitError(f"cannot load the tokenizer at {p}: {type(exc).__name__}: {exc}") from exc
+        why = " ".join(str(exc).split())  # transformers' messages run over several lines: one line here
+        why = why if len(why) <= 300 else why[:300].rsplit(" ", 1)[0] + " [...]"
+        raise MemfitError(f"cannot load the tokenizer at {p} ({type(exc).__name__}: {why})",
+                          hint="pass a tokenizer directory with a valid tokenizer.json (or tokenizer.model), a "
+                          "tokenizer.json, or a SentencePiece .model") from exc
     if not getattr(tok, "is_fast", False):
         raise MemfitError(f"the tokenizer at {p} loaded as a slow (Python) tokenizer; memfit needs a fast one "
                           "(a tokenizer.json, or a SentencePiece model it can convert)")

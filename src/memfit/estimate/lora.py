@@ -134,10 +134,11 @@ class SavedModule:
     role: Literal["embed", "head"]
     rows: int
     cols: int
+    bias: bool = False  # Phi's lm_head: PEFT's copy trains its bias too
 
     @property
     def numel(self) -> int:
-        return self.rows * self.cols
+        return self.rows * self.cols + (self.rows if self.bias else 0)
 
 
 def _top_modules(shape: ModelShape) -> tuple[str, ...]:
@@ -172,7 +173,8 @@ def embedding_modules(shape: ModelShape) -> tuple[SavedModule, SavedModule]:
     """The token embedding and the output layer: the modules the estimate models under ``--modules-to-save``."""
     names = shape.arch.names.model
     return (SavedModule(path=names.embed, role="embed", rows=shape.vocab, cols=shape.embed_dim),
-            SavedModule(path=names.head, role="head", rows=shape.vocab, cols=shape.embed_dim))
+            SavedModule(path=names.head, role="head", rows=shape.vocab, cols=shape.embed_dim,
+                        bias=shape.layout.head_bias))
 
 
 def unknown_modules_message(unknown: list[str], model_type: str, examples: list[str]) -> str:

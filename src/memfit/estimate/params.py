@@ -27,7 +27,7 @@ class ParamCount:
 
     total: int
     embeddings: int  # token (+ learned position) embeddings
-    lm_head: int  # 0 when tied to the token embedding
+    lm_head: int  # 0 when tied to the token embedding (its bias, where it has one, is not tied)
     per_layer: int  # one decoder block
     layers: int  # all decoder blocks
     final_norm: int
@@ -84,7 +84,8 @@ def count_params(shape: ModelShape) -> ParamCount:
     if shape.final_norm:
         final_norm = shape.hidden * (2 if shape.layout.norm_bias else 1)
         by_kind["final_norm"] = final_norm
-    lm_head = 0 if shape.tie_embeddings else shape.vocab * shape.embed_dim
+    lm_head = (0 if shape.tie_embeddings else shape.vocab * shape.embed_dim) + (
+        shape.vocab if shape.layout.head_bias else 0)  # Phi's lm_head bias stays untied
     if lm_head:
         by_kind["lm_head"] = lm_head
     layers = per_layer * shape.n_layers

@@ -139,6 +139,7 @@ class ModelShape:
     attention_dropout: float = 0.0
     residual_dropout: float = 0.0
     embedding_dropout: float = 0.0
+    qk_norm_enabled: bool = True
 
     # ---- derived structure -------------------------------------------------------------
     @property
@@ -148,6 +149,11 @@ class ModelShape:
     @property
     def model_type(self) -> str:
         return self.arch.model_type
+
+    @property
+    def has_qk_norm(self) -> bool:
+        """q/k norms exist: the layout has them and this config keeps them (Phi's ``qk_layernorm``)."""
+        return self.layout.qk_norm != "none" and self.qk_norm_enabled
 
     @property
     def q_dim(self) -> int:
@@ -203,7 +209,7 @@ class ModelShape:
         out = []
         if lay.pre_attn_norm:
             out.append(Norm(path=n.pre_attn_norm, role="pre_attn", size=h, bias=b))
-        if lay.qk_norm != "none":
+        if self.has_qk_norm:
             head = lay.qk_norm == "head"
             out += [Norm(path=n.q_norm, role="q", size=self.head_dim if head else self.q_dim, bias=b),
                     Norm(path=n.k_norm, role="k", size=self.head_dim if head else self.kv_dim, bias=b)]
@@ -303,12 +309,24 @@ def _check_experts(experts: int, per_token: int, *, experts_key: str, per_token_
 
 
 def _language_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The config of the language model: ``cfg`` itself, or its ``text_config`` (multimodal configs)."""
+    """The config of the language model: ``cfg`` itself, or its ``text_config`` (multimodal configs): a config
+    without a model_type, or whose model_type memfit does not model while its ``text_config`` names one it does
+    (Gemma 3's ``gemma3`` config.json holds the ``gemma3_text`` language model)."""
     for _ in range(_MAX_TEXT_CONFIG_DEPTH):
-        if cfg.get("model_type") or not isinstance(cfg.get("text_config"), dict):
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
             break
-        cfg = cfg["text_config"]
+        if cfg.get("model_type") and (str(cfg.get("model_type")) in REGISTRY
+                                      or str(text.get("model_type")) not in REGISTRY):
+            break
+        cfg = text
     return cfg
+
+
+def language_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config dict of ``config`` (:func:`_language_config`): what trace and measure build
+    and train, so that every engine runs the model the estimate reads (a multimodal config's text model)."""
+    return _language_config(config)
 
 
 # ---- the reader ------------------------------------------------------------------------------
@@ -383,8 +401,10 @@ def _layer_types(r: ConfigReader, arch: Architecture, n_layers: int, window: int
                               f"sliding_attention (one per layer), got {listed!r}: fix it in config.json")
         return tuple(_layer_type(t == "sliding_attention") for t in listed)
     first_sliding = arch.keys.max_window_layers.read(r) if rule == "after_max_window_layers" else 0
+    period = arch.keys.sliding_pattern.read(r) if rule == "pattern" else 1
     sliding = [rule == "all" or (rule == "alternate" and i % 2 == 0)
-               or (rule == "after_max_window_layers" and i >= first_sliding) for i in range(n_layers)]
+               or (rule == "after_max_window_layers" and i >= first_sliding)
+               or (rule == "pattern" and (i + 1) % period != 0) for i in range(n_layers)]
     return tuple(_layer_type(s) for s in sliding)
 
 
@@ -427,4 +447,5 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
         final_norm=k.final_norm.read(r) and not k.final_norm_dropped.read(r),
         attn_softcap=k.attn_softcap.read(r), final_softcap=k.final_softcap.read(r), sliding_window=window,
         layer_types=_layer_types(r, arch, n_layers, window), n_experts=n_experts, experts_per_token=per_token,
+        qk_norm_enabled=k.qk_norm_enabled.read(r),
     )

@@ -168,7 +168,9 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         if shape.layout.position == "learned":
             positions = pc.embeddings - shape.vocab * shape.embed_dim
             embed.append((positions, w, positions // shape.hidden + shape.hidden))
-        head = [] if shape.tie_embeddings else [(pc.lm_head, w, shape.vocab + shape.embed_dim)]
+        head = [] if shape.tie_embeddings else [(shape.vocab * shape.embed_dim, w, shape.vocab + shape.embed_dim)]
+        if shape.layout.head_bias:
+            head.append((shape.vocab, w, 0))
         other: list[tuple[int, int, int]] = []
         if pc.final_norm:  # weight, and bias for LayerNorm
             other += [(shape.hidden, w, 0)] * (pc.final_norm // shape.hidden)

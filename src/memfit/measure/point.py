@@ -44,6 +44,9 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
     """Measure ``spec`` (its batch, seq, checkpointing) on ``device``; see the module docstring."""
     if device == "cuda" and not torch.cuda.is_available():
         raise MemfitError("--device cuda but torch sees no CUDA GPU: use --device cpu")
+    from memfit.estimate.shape import language_config
+
+    config = language_config(config)  # a multimodal config: its text model, the one the estimate reads
     vocab = int(config.get("vocab_size") or 0)
     if vocab < 1:
         raise MemfitError("the config has no vocab_size: add it to config.json")

@@ -6,20 +6,18 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
+from memfit.report.consoles import console, err_console
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
-
-__all__ = ["console", "err_console", "print_config_import", "print_json"]
+__all__ = ["console", "err_console", "json_default", "print_config_import", "print_json"]
 
 
 def print_json(obj: Any) -> None:
     """Write ``obj`` as JSON to stdout (plain, so it pipes into jq)."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
+    sys.stdout.write(json.dumps(obj, indent=2, default=json_default) + "\n")
 
 
-def _default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
+    """``json.dumps``'s ``default``: an object's ``to_dict()``, a tuple or set as a list."""
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
     if isinstance(obj, tuple | set | frozenset):

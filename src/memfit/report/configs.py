@@ -12,14 +12,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from memfit.configs import ConfigRow, SpecImport, WriteResult
+from memfit.report._width import narrow
 
 STYLE = {"setting": "green", "ignored": "dim", "NOT MODELLED": "bold yellow"}
 NO_EFFECT = "no memory effect"
 
 
-def _short(value: Any, width: int) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _short(value: Any, width: int = 0) -> str:
+    """A value as the table shows it: whole (a narrow column wraps it; it is never cut)."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _files(si: SpecImport) -> dict[str, int]:
@@ -48,9 +49,9 @@ def config_import_table(si: SpecImport) -> Table:
         heads.append((f"[{n}] " if len(numbers) > 1 else "") + path + what)
     t = Table(title="read from " + escape("; ".join(heads)), title_justify="left", box=box.SIMPLE_HEAD)
     t.add_column("line", no_wrap=True)
-    t.add_column("field", overflow="fold")
-    t.add_column("value", overflow="fold", max_width=24)
-    t.add_column("memfit setting", overflow="fold")
+    t.add_column("field")
+    t.add_column("value", max_width=40)
+    t.add_column("memfit setting")
     t.add_column("status", no_wrap=True)
     for r in si.rows:
         if r.status == "ignored":
@@ -58,6 +59,7 @@ def config_import_table(si: SpecImport) -> Table:
         setting = f"{r.setting} = {_short(r.memfit_value, 28)}" if r.setting else ""
         t.add_row(escape(_where(r, numbers)), escape(r.field), escape(_short(r.value, 24)), escape(setting),
                   f"[{STYLE[r.status]}]{r.status}[/]")
+    narrow(t, keep=("line", "field", "status"))
     return t
 
 

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from memfit.advise import FitReport, Setup, setup_changes
 from memfit.estimate.fits import reserved_bytes
+from memfit.report._width import narrow
 from memfit.units import BYTES_PER_GIB, BYTES_PER_MB, BYTES_PER_MIB
 
 SEQ_FALLBACK = ("no data given: the seq_len step uses the longest multiple of 64 that fits, no shorter than half "
@@ -168,9 +169,10 @@ def _ckpt(setup: Setup) -> str:
     return f"every-{s.checkpoint_every}" if s.checkpointing == "every-k" else s.checkpointing
 
 
-def fit_table(report: FitReport) -> Group:
+def fit_table(report: FitReport, width: int | None = None) -> Group:
     """The ordered path as a table (GiB = 1024^3 bytes), then the verdict, the cheapest configuration,
-    the rank lesson in numbers, and the steps skipped."""
+    the rank lesson in numbers, and the steps skipped. Narrower than the table (``width``, the terminal's by
+    default), each step's cost is printed under the table instead of in it."""
     gpu = report.gpu
     per = " per GPU" if report.gpus > 1 else ""
     what = "reserved" if report.device == "cuda" else "peak"
@@ -205,7 +207,12 @@ def fit_table(report: FitReport) -> Group:
         t.add_row(str(i), step.action, describe_changes(previous, step.setup), *figures(step.peak_bytes),
                   _gib(step.saved_bytes), ok if step.fits else no, cost)
         previous = step.setup
-    lines: list[Any] = [t, _verdict(report)]
+    # a narrow terminal: the cost prose goes under the table, step by step, before a flag or a figure is cut
+    moved = narrow(t, keep=("step",), drop=("cost",), width=width)
+    lines: list[Any] = [t]
+    for _, cells in moved:
+        lines += [Text(f"step {i} cost: {cell}", style="dim") for i, cell in enumerate(cells) if cell]
+    lines.append(_verdict(report))
     lines.append(_cheapest_line(report))
     if report.rank_reduction is not None:
         r = report.rank_reduction

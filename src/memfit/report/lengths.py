@@ -12,6 +12,8 @@ from rich.text import Text
 from memfit.data.lengths import LengthReport
 from memfit.data.tokenizer import SpecialTokens
 from memfit.errors import MemfitError
+from memfit.files import atomic_output, check_output
+from memfit.report._width import narrow
 from memfit.units import human_bytes
 
 __all__ = ["check_plot_path", "lengths_renderable", "plot_lengths", "special_tokens_line"]
@@ -48,6 +50,7 @@ def lengths_renderable(r: LengthReport) -> Group:
     if r.loss_tokens is not None:
         share = r.loss_tokens / r.total_tokens if r.total_tokens else 0.0
         t.add_row("tokens carrying loss", f"{r.loss_tokens:,} ({share:.1%})")
+    narrow(t, keep=("statistic",))
     parts.append(t)
 
     cut = Table(title="sequence length")
@@ -59,6 +62,7 @@ def lengths_renderable(r: LengthReport) -> Group:
                                              if r.loss_tokens_truncated is not None else ""))
     cut.add_row(f"[bold]{r.recommended_seq_len:,}[/] (p95 up to x64)",
                 f"{r.recommended_over:,} ({r.recommended_truncated_share:.2%})", f"{r.recommended_truncated_tokens:,}")
+    narrow(cut, keep=())
     parts.append(cut)
 
     pad = Table(title=f"padding at micro-batch {r.padding.batch} (random = Trainer default, grouped = "
@@ -72,6 +76,7 @@ def lengths_renderable(r: LengthReport) -> Group:
         pad.add_row(_STRATEGY_HELP[s.strategy], f"{s.waste:.1%}", f"{s.processed_tokens:,}",
                     f"{s.batch} x {s.micro_batches:,}",
                     f"{s.peak_len:,}/{s.mean_len:,.0f}")
+    narrow(pad, keep=())
     parts.append(pad)
 
     if r.activations:
@@ -85,6 +90,7 @@ def lengths_renderable(r: LengthReport) -> Group:
         for a in r.activations:
             act.add_row(_STRATEGY_HELP[a.strategy], f"{a.batch} x {a.peak_len:,}", human_bytes(a.activation_bytes_peak),
                         f"{a.batch} x {a.mean_len:,}", human_bytes(a.activation_bytes_mean), human_bytes(a.peak_bytes))
+        narrow(act, keep=())
         parts.append(act)
 
     if r.special_tokens is not None:
@@ -105,13 +111,15 @@ def _pyplot() -> object:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise MemfitError("--plot needs matplotlib: pip install 'memfit[plot]'") from exc
+        raise MemfitError("--plot needs matplotlib", hint="pip install 'memfit[plot]'") from exc
     return plt
 
 
-def check_plot_path(path: str | Path) -> Path:
+def check_plot_path(path: str | Path, *, force: bool = False) -> Path:
     """Check before any work that ``--plot PATH`` can be written: an image suffix matplotlib can write (none
-    means PNG), an existing folder, not a directory. Returns the path; raises a MemfitError naming the fix."""
+    means PNG), and what :func:`memfit.files.check_output` checks (not a directory, an existing folder that
+    takes new files, an existing file only with ``force``). Returns the path; raises a MemfitError naming the
+    fix. ``memfit lengths --plot`` and ``memfit measure --plot`` both check here."""
     plt: Any = _pyplot()
     out = Path(path)
     suffix = out.suffix.lower().lstrip(".")
@@ -124,17 +132,25 @@ def check_plot_path(path: str | Path) -> Path:
         if suffix not in formats:
             raise MemfitError(f"--plot {out}: matplotlib cannot write .{suffix} files; end the name in .png "
                               f"(or one of: {', '.join('.' + f for f in formats)})")
-    if out.is_dir():
-        raise MemfitError(f"--plot {out} is a directory: name an image file, e.g. {out / 'lengths.png'}")
-    if not out.parent.is_dir():
-        raise MemfitError(f"--plot {out}: the folder {out.parent} does not exist; create it or choose another path")
-    return out
+    return check_output(out, flag="--plot", force=force, example="plot.png")
 
 
-def plot_lengths(r: LengthReport, path: str | Path) -> Path:
+def save_figure(fig: Any, path: str | Path, *, force: bool = False, dpi: float | None = None) -> Path:
+    """``fig.savefig`` through :func:`memfit.files.atomic_output` (the temporary file keeps the suffix, so the
+    format is the one the name asks for, PNG when it has none); an interrupt or a failed write leaves no file."""
+    target = Path(path)
+    with atomic_output(target, flag="--plot", force=force, example="plot.png") as tmp:
+        try:
+            fig.savefig(tmp, dpi=dpi or "figure", format=None if target.suffix else "png")
+        except ValueError as exc:  # a format matplotlib cannot write
+            raise MemfitError(f"cannot write the plot to {target}: {exc}", hint="end the name in .png") from exc
+    return target
+
+
+def plot_lengths(r: LengthReport, path: str | Path, *, force: bool = False) -> Path:
     """A histogram of the lengths with p95 and max marked, written to ``path`` (PNG unless its suffix names
-    another image format matplotlib writes)."""
-    out = check_plot_path(path)
+    another image format matplotlib writes) atomically (:func:`save_figure`)."""
+    out = check_plot_path(path, force=force)
     plt: Any = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     ax.hist(r.lengths, bins=min(80, max(10, r.count // 20)), color="#4c72b0", alpha=0.85)
@@ -149,9 +165,6 @@ def plot_lengths(r: LengthReport, path: str | Path) -> Path:
     ax.legend()
     fig.tight_layout()
     try:
-        fig.savefig(out)
-    except (OSError, ValueError) as exc:  # ValueError: a format matplotlib cannot write
-        raise MemfitError(f"cannot write the plot to {out}: {exc}") from exc
+        return save_figure(fig, out, force=force)
     finally:
         plt.close(fig)
-    return out

@@ -16,6 +16,7 @@ from memfit.estimate.category import Category
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.measure.regression import CheckpointingTrade, TradeAdvice
 from memfit.measure.sweep import SweepResult
+from memfit.report._width import narrow, split_columns
 from memfit.units import human_bytes
 
 
@@ -50,6 +51,8 @@ def runs_table(result: SweepResult) -> Table:
                 f"{r.step_seconds:.4f}" if r.step_seconds is not None else "-",
                 f"{r.tokens_per_second:,.0f}" if r.tokens_per_second else "-"]
         t.add_row(*row)
+    # a narrow terminal: fewer columns, never a cut figure
+    narrow(t, keep=("ckpt",), drop=("tok/s", "phase", "reserved", "s/step"))
     return t
 
 
@@ -109,6 +112,7 @@ def trade_table(result: SweepResult) -> Table | None:
         t.add_row(str(tr.batch), str(tr.seq), human_bytes(tr.peak_without), human_bytes(tr.peak_with),
                   human_bytes(tr.saved_bytes), f"{100 * tr.fraction_saved:.0f}%", f"{tr.slowdown:.2f}",
                   verdict(tr))
+    narrow(t, keep=(), drop=("saved %",))  # a narrow terminal: fewer columns, never a cut figure
     return t
 
 
@@ -132,8 +136,8 @@ def measure_report(result: SweepResult) -> Group:
     parts: list[Any] = [runs_table(result)]
     parts += [Text(line, style="red") for line in oom_lines(result)]
     cats = category_table(result)
-    if cats is not None:
-        parts.append(cats)
+    if cats is not None:  # one column per point: a narrow terminal gets it in several tables, the category first
+        parts += split_columns(cats)
     parts += [Text(line) for line in peak_vs_batch_lines(result)]
     trades = trade_table(result)
     if trades is not None:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from memfit.estimate import CatalogueEntry, ModelShape, ParamCount, count_params
+from memfit.report._width import dropped_note, narrow
 from memfit.units import BYTES_PER_GB
 
 
@@ -31,13 +32,18 @@ def models_rows(entries: Iterable[CatalogueEntry]) -> list[dict[str, Any]]:
     return rows
 
 
-def models_table(rows: list[dict[str, Any]]) -> Table:
+def models_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
+    """The catalogue; in a narrow terminal the type, heads/kv, hidden and vocab columns go (in that order)
+    before a name or a parameter count is cut (the caption says which)."""
     t = Table(title="memfit catalogue (bf16 weights in GB = 10^9 bytes)")
     for col in ("name", "type", "parameters", "layers", "hidden", "heads/kv", "vocab", "bf16 weights"):
         t.add_column(col, justify="left" if col in ("name", "type") else "right")
     for r in rows:
         t.add_row(r["name"], r["model_type"], f"{r['parameters']:,}", str(r["layers"]), str(r["hidden"]),
                   f"{r['heads']}/{r['kv_heads']}", f"{r['vocab']:,}", f"{2 * r['parameters'] / BYTES_PER_GB:.2f} GB")
+    dropped = narrow(t, keep=("name", "parameters", "bf16 weights"), drop=("type", "heads/kv", "hidden", "vocab"),
+                     width=width)
+    t.caption = dropped_note(dropped)
     return t
 
 

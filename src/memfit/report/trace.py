@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from memfit.estimate.arch import block_containers
+from memfit.report._width import narrow
 from memfit.report.estimate import verdict_line
 from memfit.trace.result import TraceResult
 from memfit.units import BYTES_PER_GIB, human_bytes
@@ -47,6 +48,7 @@ def trace_table(result: TraceResult, estimate: dict[str, Any] | None = None) -> 
         e = int(estimate.get("peak_bytes") or 0)
         row += [_gib(e), f"{result.peak_bytes / e:.3f}" if e else "-"]
     t.add_row(*row)
+    narrow(t, keep=("component",), drop=("GiB",))  # a narrow terminal: fewer columns, never a cut name
     return t
 
 
@@ -80,6 +82,7 @@ def module_table(result: TraceResult, top: int = 15) -> Table:
     if rest:
         n = sum(r[1] for r in rest)
         t.add_row(f"({len(rest)} more)", "", f"{n:,}", _gib(n), "")
+    narrow(t, keep=("module",), drop=("GiB", "modules"))  # a narrow terminal: fewer columns, never a cut name
     return t
 
 
@@ -98,6 +101,7 @@ def saved_table(result: TraceResult, top: int = 12) -> Table:
             t.add_row("...", "", "")
         else:
             t.add_row(k, f"{v:,}", _gib(v))
+    narrow(t, keep=("block / module",), drop=())  # a narrow terminal: fewer columns, never a cut name
     return t
 
 

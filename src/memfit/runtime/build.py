@@ -130,8 +130,12 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
 
     Returns a ``transformers`` ``PreTrainedModel`` for ``method="full"`` or a ``peft.PeftModel`` for LoRA.
     ``device`` may be ``"cpu"``, ``"cuda"``, ``"meta"``; under an active ``FakeTensorMode`` the weights
-    are fake tensors.
+    are fake tensors. A multimodal config whose ``text_config`` is an architecture the estimate models (Gemma 3)
+    builds that language model, the one the estimate reads (:func:`memfit.estimate.shape.language_config`).
     """
+    from memfit.estimate.shape import language_config
+
+    config = language_config(config)
     check_spec(spec, "cuda" if str(device).startswith("cuda") else str(device))
     fake_mode = _active_fake_mode()
     if fake_mode is not None:

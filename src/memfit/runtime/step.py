@@ -120,26 +120,11 @@ def run_step(model: torch.nn.Module, spec: RunSpec, *, optimizer: Any = None, ba
     sync()
     start = time.perf_counter()
     with outer:
-        with phase("forward"):
-            if inputs is not None:
-                ids, labels, attention_mask = inputs.input_ids, inputs.labels, inputs.attention_mask
-            else:
-                ids = labels = random_batch(batch=batch, seq=seq, vocab=vocab, device=device)
-                attention_mask = None
-                if spec.padding_mask:
-                    attention_mask = torch.ones_like(ids)
-                    attention_mask[0, -max(1, seq // 8):] = 0  # right padding on the first row
-            amp_ctx = (torch.autocast(device_type=dev_type, dtype=amp) if amp is not None
-                       else contextlib.nullcontext())
-            with amp_ctx:
-                loss = model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
-            del ids, labels, attention_mask
-        with phase("backward"):
-            if scaler is not None:
-                scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            loss = loss.detach()
+        for _ in range(max(1, spec.grad_accum)):
+            # gradient accumulation: from the second micro-batch on, the gradients of the earlier ones stay
+            # allocated (autograd adds into them in place) through this one's forward and backward
+            loss = _micro_batch(model, spec, phase=phase, inputs=inputs, batch=batch, seq=seq, vocab=vocab,
+                                device=device, dev_type=dev_type, amp=amp, scaler=scaler)
         with phase("optimizer"):
             if scaler is not None:
                 scaler.step(optimizer)
@@ -149,7 +134,31 @@ def run_step(model: torch.nn.Module, spec: RunSpec, *, optimizer: Any = None, ba
             optimizer.zero_grad(set_to_none=True)
     sync()
     seconds = time.perf_counter() - start
-    return StepResult(seconds=seconds, loss=_loss_value(loss), tokens=batch * seq)
+    return StepResult(seconds=seconds, loss=_loss_value(loss), tokens=batch * seq * max(1, spec.grad_accum))
+
+
+def _micro_batch(model: torch.nn.Module, spec: RunSpec, *, phase: Any, inputs: StepInputs | None, batch: int,
+                 seq: int, vocab: int, device: str, dev_type: str, amp: Any, scaler: Any) -> torch.Tensor:
+    """One micro-batch's forward and backward (the Trainer's ``training_step``); returns the detached loss."""
+    with phase("forward"):
+        if inputs is not None:
+            ids, labels, attention_mask = inputs.input_ids, inputs.labels, inputs.attention_mask
+        else:
+            ids = labels = random_batch(batch=batch, seq=seq, vocab=vocab, device=device)
+            attention_mask = None
+            if spec.padding_mask:
+                attention_mask = torch.ones_like(ids)
+                attention_mask[0, -max(1, seq // 8):] = 0  # right padding on the first row
+        amp_ctx = torch.autocast(device_type=dev_type, dtype=amp) if amp is not None else contextlib.nullcontext()
+        with amp_ctx:
+            loss = model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
+        del ids, labels, attention_mask
+    with phase("backward"):
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        return loss.detach()
 
 
 def time_steps(model: torch.nn.Module, spec: RunSpec, *, optimizer: Any, batch: int, seq: int, vocab: int,

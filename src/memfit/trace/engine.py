@@ -121,6 +121,9 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     ``spec.device`` chooses the prediction: ``"cpu"`` is what a CPU step's live tensors hold; ``"cuda"``
     corrects the CPU kernels to the CUDA ones (:mod:`memfit.trace.cuda`).
     """
+    from memfit.estimate.shape import language_config
+
+    config = language_config(config)  # a multimodal config: its text model, the one the estimate reads
     check_trace_spec(spec)
     check_trace_config(config, spec)
     vocab = int(config.get("vocab_size") or 0)

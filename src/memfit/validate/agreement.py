@@ -35,6 +35,11 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     ("opt-1.3b", 256, 2),
     ("pythia-1.4b", 256, 2),
     ("qwen3-8b", 256, 2),
+    # issue 13
+    ("olmo-2-7b", 256, 2),
+    ("phi-2", 320, 2),
+    ("granite-3.3-8b", 256, 2),
+    ("gemma-3-1b", 256, 6),  # 6 layers: five sliding and one full (sliding_window_pattern 6)
 )
 
 
@@ -88,7 +93,10 @@ class MatrixRow:
         method = s.method if s.method == "full" else f"lora[{targets}]"
         ck = "ckpt" if s.checkpointing != "none" else "-"
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
-        return f"{self.model} {method}{opt} {s.precision} {s.attention} {ck} b{s.batch} s{s.seq}{self.dropout_label}"
+        w = self.shape.sliding_window
+        window = f" window {w}" if w is not None and w <= s.seq else ""  # sliding layers past their window
+        return (f"{self.model} {method}{opt} {s.precision} {s.attention} {ck} b{s.batch} s{s.seq}{window}"
+                f"{self.dropout_label}")
 
     @property
     def dropout_label(self) -> str:
@@ -153,6 +161,15 @@ SPEC_GRID: tuple[RunSpec, ...] = (
     _spec(method="lora", precision="fp32", attention="sdpa", batch=4, seq=128, checkpointing="full"),
     _spec(method="lora", precision="bf16", attention="sdpa", batch=1, seq=32),
     _spec(method="lora", precision="mixed-bf16", attention="eager", batch=1, seq=32, targets=("all-linear",)),
+)
+
+# Sliding layers past their window (issue 13): Gemma 3's sdpa calls take a mask in its five sliding layers of six
+# once the sequence reaches the window (512 in the real model; 64 here, so that s=128 crosses it).
+WINDOW_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
+    ("gemma-3-1b", {"sliding_window": 64}, _spec(method="lora", precision="fp32", attention="sdpa", batch=2, seq=128)),
+    ("gemma-3-1b", {"sliding_window": 64}, _spec(method="lora", precision="fp32", attention="sdpa", batch=2, seq=128,
+                                                 checkpointing="full")),
+    ("gemma-3-1b", {"sliding_window": 64}, _spec(method="full", precision="fp32", attention="sdpa", batch=1, seq=128)),
 )
 
 # Other optimizers, on full fine-tunes (where the optimizer step is the peak): transformers' Adafactor, as the HF
@@ -228,7 +245,7 @@ CUDA_ROWS: tuple[tuple[str, RunSpec], ...] = (
     ("qwen3-8b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=1, seq=2048)),
     ("llama-3.1-8b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=1, seq=4096,
                            checkpointing="full")),
-    # issue 21: Adafactor's fp32 copies of the bf16 embedding while it updates it are the peak
+    # Adafactor's fp32 copies of the bf16 embedding while it updates it are the peak
     ("llama-3.2-1b", _cuda(method="full", optimizer="adafactor", precision="bf16", attention="sdpa", batch=1,
                            seq=256)),
 )
@@ -257,14 +274,18 @@ def _fit_spec(model: str, spec: RunSpec) -> RunSpec:
 
 
 def full_matrix() -> list[MatrixRow]:
-    """Every scaled architecture times every spec of the grid, then the dropout rows and the other optimizers'
-    rows."""
+    """Every scaled architecture times every spec of the grid, then the dropout rows, the other optimizers'
+    rows and the rows past a sliding window."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
-            for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix()
+            for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix()
 
 
 def dropout_matrix() -> list[MatrixRow]:
     return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in DROPOUT_ROWS]
+
+
+def window_matrix() -> list[MatrixRow]:
+    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in WINDOW_ROWS]
 
 
 def optimizer_matrix() -> list[MatrixRow]:

@@ -124,6 +124,22 @@ def test_sdpa_keeps_inputs_output_and_logsumexp() -> None:
     assert by_component(rp.tape.saved) == {"attention/kernel": 1088, "attention/mask": 128}
 
 
+def test_heads_first_q_makes_the_output_transpose_a_copy_on_cpu() -> None:
+    """CPU sdpa's output takes q's layout. With q heads-first (rope on slices of a fused qkv: Phi-3, GPT-NeoX)
+    transformers' ``transpose(1, 2).contiguous()`` copies it: a new (1, 8, 16) bf16 tensor, 1*8*16*2 = 256 B
+    that the output projection would save; with q a transposed view of its projection (Llama) the result is a
+    view of the kernel's output (the same storage). On CUDA the kernels write (b, s, a, d) either way."""
+    rp = replay(model(), device="cpu")
+    q, k, v = _qkv(rp)
+    view = ops.attention(rp, q, k, v)
+    saved = set(rp.tape.saved)  # keyed by storage
+    assert view.storage in saved  # the kernel's output, kept for backward: no new bytes
+    copy = ops.attention(rp, q, k, v, heads_first=True)
+    assert copy.storage not in saved and copy.nbytes == 256
+    rp = replay(model())  # CUDA
+    assert ops.attention(rp, *_qkv(rp), heads_first=True).storage in set(rp.tape.saved)
+
+
 def test_sdpa_with_dropout_on_cpu_runs_the_math_path() -> None:
     """CPU sdpa with attention dropout 0.1 falls back to the composite math path, in fp32: q' and k' (1, 2, 8, 8)
     fp32, 512 B each; the softmax output (1, 2, 8, 8) fp32, 512 B; the dropout noise, 512 B; the dropped

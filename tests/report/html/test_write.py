@@ -35,7 +35,8 @@ def test_permissions_follow_the_umask(tmp_path: Path) -> None:
 
 
 def test_a_failed_replace_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """If the rename fails (disk full, killed), the old page stays whole and the temporary file is removed."""
+    """If the rename fails (disk full, killed), the old page stays whole and the temporary file is removed; the
+    failure is one MemfitError naming the file (before memfit.files, an OSError traceback)."""
     target = tmp_path / "r.html"
     target.write_text("old")
 
@@ -43,9 +44,10 @@ def test_a_failed_replace_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest
         raise OSError("no space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="no space"):
+    with pytest.raises(MemfitError, match="cannot write .*r.html .*no space"):
         write_report(target, "new", force=True)
     assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
 
 

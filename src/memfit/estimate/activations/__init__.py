@@ -18,7 +18,7 @@ differs because its input (the embedding output) does not require grad when the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memfit.errors import MemfitError
 from memfit.estimate.activations.block import block_forward
@@ -64,6 +64,7 @@ class ActivationBytes:
     backward_per: int = 0  # the same for a typical block
     input_saved: int = 0  # bytes of a block's input that the block itself saves (a checkpoint aliases it)
     plain_blocks: int = 0  # every-k: blocks that are not checkpointed and keep all they save
+    layers_extra: int = 0  # layers 1..L-1 of another kind than the typical block: their bytes less per_layer
 
     @property
     def layers(self) -> int:
@@ -72,7 +73,7 @@ class ActivationBytes:
             return self.checkpoints + self.first_layer + (self.plain_blocks - 1) * self.per_layer
         if self.segment:
             return self.checkpoints
-        return self.first_layer + (self.n_layers - 1) * self.per_layer
+        return self.first_layer + (self.n_layers - 1) * self.per_layer + self.layers_extra
 
     @property
     def total(self) -> int:
@@ -119,6 +120,7 @@ class _Blocks:
     input_saved: int
     first_out: SymTensor
     last: SymTensor
+    layers_extra: int = 0
 
 
 def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
@@ -129,13 +131,38 @@ def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
     return out
 
 
+def sdpa_masked_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
+    """The layers whose sdpa call takes a mask that the run's ``padding_mask`` does not already give every layer:
+    the sliding layers once ``seq`` reaches the window, where the layout says so (``BlockLayout.sliding_sdpa_mask``).
+
+    >>> from memfit.estimate import lookup
+    >>> sum(sdpa_masked_layers(lookup("gemma-3-1b").shape, RunSpec(seq=512)))   # window 512: 22 sliding layers
+    22
+    >>> sum(sdpa_masked_layers(lookup("gemma-3-1b").shape, RunSpec(seq=511)))
+    0
+    """
+    window = shape.sliding_window
+    if (spec.attention != "sdpa" or spec.padding_mask or not shape.layout.sliding_sdpa_mask or window is None
+            or spec.seq < window):
+        return (False,) * shape.n_layers
+    return tuple(t == "sliding" for t in shape.layer_types)
+
+
+def _layer_replay(rp: Replay, masked: bool) -> Replay:
+    """The replay of a layer whose sdpa call takes a mask: the padding-mask path, on the same tape."""
+    return replace(rp, spec=rp.spec.with_(padding_mask=True)) if masked else rp
+
+
 def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     """Replay block 0 on the embedding output and block 1 on block 0's output. cos/sin count as ``shared``
-    in the first block that saves them (a frozen block 0 may not)."""
+    in the first block that saves them (a frozen block 0 may not). Where layers 2..L-1 include another kind of
+    layer than block 1 (a sliding layer with an sdpa mask beside full ones: :func:`sdpa_masked_layers`), one
+    block of that kind is replayed after block 1 and ``layers_extra`` adds the difference for each such layer."""
     t = rp.tape
+    masked = sdpa_masked_layers(rp.model, rp.spec)
     rope_storages = {r.storage for r in rope} if rope is not None else set()
     mark = t.mark()
-    x1 = block_forward(rp, x, rope)
+    x1 = block_forward(_layer_replay(rp, masked[0]), x, rope)
     first_saved, backward_first = t.saved_since(mark), t.backward_peak(mark)
     shared = rope_storages & first_saved.keys()
     first = _by_component(first_saved, shared)
@@ -145,13 +172,21 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
                        first_out=x1, last=x1)
     mark = t.mark()
-    x2 = block_forward(rp, x1, rope)
+    x2 = block_forward(_layer_replay(rp, masked[1]), x1, rope)
     per_saved, backward_per = t.saved_since(mark), t.backward_peak(mark)
     shared = shared or (rope_storages & per_saved.keys())
-    return _Blocks(first=first, per=_by_component(per_saved, shared), shared=sum(t.saved[s].nbytes for s in shared),
+    per = _by_component(per_saved, shared)
+    others = sum(1 for m in masked[2:] if m != masked[1])
+    extra = 0
+    if others:
+        mark = t.mark()
+        x2 = block_forward(_layer_replay(rp, not masked[1]), x2, rope)
+        other = sum(_by_component(t.saved_since(mark), shared).values())
+        extra = others * (other - sum(per.values()))
+    return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
                    backward_first=backward_first, backward_per=backward_per,
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
-                   first_out=x1, last=x2)
+                   first_out=x1, last=x2, layers_extra=extra)
 
 
 def _check_run(rp: Replay) -> None:
@@ -176,17 +211,22 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     x = embed(rp)
     embedding = rp.tape.saved_total
     blocks = _replay_blocks(rp, x, rotary_tables(rp))
+    # one cos/sin pair per attention type (Gemma 3), each saved by the layers of its type like the first
+    shared = blocks.shared * (len(set(shape.layer_types)) if shape.layout.rope_per_layer_type else 1)
     head = head_and_loss(rp, blocks.last)
     layer_input = spec.batch * spec.seq * shape.hidden * blocks.first_out.itemsize
-    ck = checkpoints(shape, spec, layer_input=layer_input, mask_itemsize=rp.float_itemsize)
+    ck = checkpoints(shape, spec, layer_input=layer_input, mask_itemsize=rp.float_itemsize,
+                     sliding_masks=any(sdpa_masked_layers(shape, spec)))
     first, per = sum(blocks.first.values()), sum(blocks.per.values())
     return ActivationBytes(
         first_layer=first, per_layer=per, by_component=blocks.per, first_by_component=blocks.first,
-        shared=blocks.shared, head=head.saved, loss=head.loss, embedding=embedding, checkpoints=ck.kept_bytes,
+        shared=shared, head=head.saved, loss=head.loss, embedding=embedding, checkpoints=ck.kept_bytes,
         n_layers=shape.n_layers, segment=ck.segment, layer_input=layer_input, logits_bytes=head.logits_bytes,
         loss_workspace=head.loss_workspace, backward_first=max(first, blocks.backward_first),
         backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,
+        layers_extra=blocks.layers_extra,
     )
 
 
-__all__ = ["ActivationBytes", "checkpoint_segment", "estimate_activations", "rule_of_thumb_activation_bytes"]
+__all__ = ["ActivationBytes", "checkpoint_segment", "estimate_activations", "rule_of_thumb_activation_bytes",
+           "sdpa_masked_layers"]

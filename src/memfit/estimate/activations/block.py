@@ -24,6 +24,8 @@ def block_forward(rp: Replay, x: SymTensor, rope: Rope | None) -> SymTensor:
     o = ops.dropout(rp, o, m.residual_dropout, "residual/dropout")  # e.g. GPT-2 attn.resid_dropout
     if lay.post_attn_norm:
         o = ops.norm(rp, o, "norm")
+    if lay.scalar_multipliers:
+        o = t.op((o,), t.new(o.shape, o.itemsize, o.requires_grad))  # * residual_multiplier (Granite)
     if m.parallel_residual:  # x + attn(norm(x)) + mlp(norm'(x))
         m_in = ops.norm(rp, x, "norm") if lay.pre_mlp_norm else a_in
     else:
@@ -33,6 +35,8 @@ def block_forward(rp: Replay, x: SymTensor, rope: Rope | None) -> SymTensor:
     f = ops.dropout(rp, f, m.residual_dropout, "residual/dropout")  # e.g. GPT-2 mlp.dropout
     if lay.post_mlp_norm:
         f = ops.norm(rp, f, "norm")
+    if lay.scalar_multipliers:
+        f = t.op((f,), t.new(f.shape, f.itemsize, f.requires_grad))  # * residual_multiplier (Granite)
     if m.parallel_residual:
         return t.add(t.add(o, f), x)
     return t.add(x, f)
@@ -65,7 +69,7 @@ def _attention(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear], rope: R
     q, k, v = _projections(rp, x, lins)
     if lay.scale_query:
         q = t.new(q.shape, q.itemsize, q.requires_grad)  # q * d**-0.5 (OPT)
-    if lay.qk_norm != "none":
+    if m.has_qk_norm:
         q, k = _qk_norm(rp, q, k)
     q, k, v = q.view(b, a, s, d), k.view(b, kv, s, d), v.view(b, kv, s, d)  # .transpose(1, 2)
     if rope is not None:
@@ -73,7 +77,10 @@ def _attention(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear], rope: R
     if lay.eager_qkv_copies and rp.spec.attention == "eager":
         # GPT-2's _attn: the matmuls take transposed views of the fused qkv output, which bmm copies
         q, k, v = (t.new(z.shape, z.itemsize, z.requires_grad) for z in (q, k, v))
-    o = ops.attention(rp, q, k, v)  # (b, s, a*d)
+    # q comes out of rope contiguous heads-first when rope ran on slices of a fused qkv output or ended in
+    # the partial-rotary cat (ops._fused)
+    heads_first = rope is not None and (lay.fused_qkv or m.rotary_fraction < 1.0)
+    o = ops.attention(rp, q, k, v, heads_first=heads_first)  # (b, s, a*d)
     return ops.linear(rp, o, lins["o"], "attention/out")
 
 

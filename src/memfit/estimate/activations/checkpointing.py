@@ -47,12 +47,13 @@ class Checkpoints:
     plain_blocks: int
 
 
-def checkpoints(model: ModelShape, spec: RunSpec, *, layer_input: int, mask_itemsize: int) -> Checkpoints:
+def checkpoints(model: ModelShape, spec: RunSpec, *, layer_input: int, mask_itemsize: int,
+                sliding_masks: bool = False) -> Checkpoints:
     """What checkpointing keeps through the forward; ``layer_input`` is one block's input in bytes.
 
     ``full``: L inputs; ``sqrt``: ceil(L / segment); ``every-k``: floor(L / k), the other blocks plain.
     Plus ``len(set(layer_types))`` masks of b*s*s elements (``mask_itemsize``: the residual dtype) when
-    the kernel takes a mask.
+    the kernel takes a mask (one, ``sliding_masks``, when only the sliding layers' sdpa calls take one).
     """
     n = model.n_layers
     seg = checkpoint_segment(spec, n)
@@ -68,4 +69,6 @@ def checkpoints(model: ModelShape, spec: RunSpec, *, layer_input: int, mask_item
     if spec.attention == "eager" or (spec.padding_mask and spec.attention == "sdpa"):
         masks = len(set(model.layer_types)) or 1
         kept_bytes += masks * spec.batch * spec.seq * spec.seq * mask_itemsize
+    elif sliding_masks:  # sdpa: the sliding layers' mask (``sdpa_masked_layers``); the full layers take none
+        kept_bytes += spec.batch * spec.seq * spec.seq * mask_itemsize
     return Checkpoints(segment=seg, kept_bytes=kept_bytes, plain_blocks=plain)

@@ -34,6 +34,13 @@ def embed(rp: Replay) -> SymTensor:
         x = t.add(x, t.new((1, s, m.hidden), resid, trained))
     if lay.embed_scale:
         x = t.mul(x, t.new((), resid, False), "embedding")  # hidden_states * normalizer (a 0-dim tensor)
+    if lay.scalar_multipliers:
+        if not x.requires_grad and rp.spec.is_adapter and rp.spec.checkpointing != "none":
+            # enable_input_require_grads() turns the frozen embedding's output into a leaf that requires grad;
+            # the product with embedding_multiplier is a new tensor, and the leaf stays referenced by the
+            # graph's AccumulateGrad node to the end of the backward (b*s*h in the residual dtype)
+            t.save(x, "embedding")
+        x = t.op((x,), t.new(x.shape, x.itemsize, x.requires_grad))  # inputs_embeds * embedding_multiplier
     if m.embedding_dropout > 0.0:
         # GPT-2's transformer.drop, GPT-NeoX's emb_dropout. It saves its mask when the embedding output requires
         # grad: a trained table, or an adapter run with checkpointing, where PEFT (and memfit.measure) call

@@ -68,6 +68,8 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
         logits = t.new(logits.shape, logits.itemsize, logits.requires_grad)  # / cap
         logits = t.unary_saving_output(logits, "head")  # tanh
         logits = t.new(logits.shape, logits.itemsize, logits.requires_grad)  # * cap
+    if m.layout.scalar_multipliers:
+        logits = t.op((logits,), t.new(logits.shape, logits.itemsize, logits.requires_grad))  # / logits_scaling
     saved = sum(s.nbytes for s in t.saved_since(mark).values())
     # logits.float(); cross_entropy = log_softmax (saves its output) + nll_loss (saves the labels); the mean
     loss = T * V * FP32_BYTES + T * INT64_BYTES + FP32_BYTES

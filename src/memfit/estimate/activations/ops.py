@@ -202,11 +202,13 @@ def rope(rp: Replay, x: SymTensor, cos_sin: Rope, component: str) -> SymTensor:
 
 # ---- attention kernels -------------------------------------------------------------------------
 
-def attention(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str = "attention") -> SymTensor:
-    """q: (b, a, s, d); k, v: (b, kv, s, d) -> output (b, s, a*d)."""
+def attention(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str = "attention", *,
+              heads_first: bool = False) -> SymTensor:
+    """q: (b, a, s, d); k, v: (b, kv, s, d) -> output (b, s, a*d). ``heads_first``: q is laid out
+    contiguous in (b, a, s, d) rather than as a transposed (b, s, a, d) view (see :func:`_fused`)."""
     if rp.spec.attention == "eager":
         return _eager(rp, q, k, v, component)
-    return _fused(rp, q, k, v, component)
+    return _fused(rp, q, k, v, component, heads_first=heads_first)
 
 
 def _eager(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str) -> SymTensor:
@@ -234,8 +236,16 @@ def _eager(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str)
     return t.new((b, s, a * d), o.itemsize, o.requires_grad)  # transpose(1, 2).contiguous()
 
 
-def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str) -> SymTensor:
-    """``scaled_dot_product_attention`` (flash / memory-efficient / CPU flash kernels) and flash-attention-2."""
+def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str, *,
+           heads_first: bool = False) -> SymTensor:
+    """``scaled_dot_product_attention`` (flash / memory-efficient / CPU flash kernels) and flash-attention-2.
+
+    The CPU flash kernel's output takes q's memory layout. q from its own projection is a transposed view
+    of (b, s, a, d) and keeps that layout through rope, so transformers' ``transpose(1, 2).contiguous()``
+    of the output is a view. With ``heads_first`` (q contiguous in (b, a, s, d): rope applied to slices of
+    a fused qkv output, Phi-3 and GPT-NeoX, or a partial rope's final cat, Phi) it is a copy, b*s*a*d in
+    q's dtype, which the output projection saves when it trains (a real fp32 step of a 2-layer Phi-3, b1 s32
+    a4 d16: 8,192 B a block)."""
     t, m, spec = rp.tape, rp.model, rp.spec
     b, s, a, kv, d = rp.batch, rp.seq, m.n_heads, m.n_kv_heads, m.head_dim
     if t.autocast:
@@ -264,7 +274,9 @@ def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str)
         t.save(t.new((b, a, s), FP32_BYTES, False), f"{component}/kernel")  # logsumexp
         t.op((q, k, v), out)
     # sdpa returns a (b, s, a, d) view; transformers transposes it back and reshapes: for the CPU kernel the
-    # result is already contiguous in (b, s, a, d)
+    # result is already contiguous in (b, s, a, d) unless q was heads-first
+    if heads_first and spec.device == "cpu":
+        return t.new((b, s, a * d), out.itemsize, out.requires_grad)
     return out.view(b, s, a * d)
 
 

@@ -214,6 +214,10 @@ class ConfigKeys:
       output before its residual add; ``embedding_dropout`` on the embedding output (what the modeling code
       applies in ``train()``; a key the config has but the code never applies is not listed: Phi-3's
       ``embd_pdrop``).
+    - ``sliding_pattern``: the period of ``BlockLayout.sliding_layers="pattern"`` (Gemma 3's
+      ``sliding_window_pattern``, 6 by default).
+    - ``qk_norm_enabled``: whether the layout's q/k norms exist in this config (Phi's ``qk_layernorm``, default
+      false); ``Flag((), True)``: always, where the layout has them.
     - ``scales_with_head_dim``: keys whose value is per head (Gemma 2's ``query_pre_attn_scalar``), which a
       model scaled to another head_dim sets to it.
     """
@@ -251,6 +255,8 @@ class ConfigKeys:
     residual_dropout: Dropout = _NO_DROPOUT
     embedding_dropout: Dropout = _NO_DROPOUT
     scales_with_head_dim: tuple[str, ...] = ()
+    qk_norm_enabled: Flag = Flag((), True)
+    sliding_pattern: Size = Size("layers", (), 1)
 
     def dropout_fields(self) -> dict[str, tuple[str, float]]:
         """ModelShape dropout field -> (config key, the config class's default), for the dropouts applied."""

@@ -32,7 +32,7 @@ MlpKind = Literal["gated", "plain"]
 PositionKind = Literal["rotary", "learned"]
 QkNorm = Literal["none", "head", "full"]
 SoftmaxDtype = Literal["fp32", "input"]
-SlidingLayers = Literal["none", "all", "alternate", "after_max_window_layers"]
+SlidingLayers = Literal["none", "all", "alternate", "after_max_window_layers", "pattern"]
 RouterKind = Literal["softmax_topk_renorm"]
 LayerType = Literal["full", "sliding"]
 NormWeight = Literal["after_cast", "before_cast", "one_plus_before_cast"]
@@ -82,7 +82,23 @@ class BlockLayout:
       take non-contiguous views of the fused qkv output and copy them (GPT-2's ``_attn``).
     - ``sliding_layers``: which layers attend through the sliding window when the config sets one: ``all``
       (Mistral), ``alternate`` (Gemma 2: even layers sliding, odd full), ``after_max_window_layers`` (Qwen2:
-      layers from ``max_window_layers`` on), ``none``. A config's own ``layer_types`` list wins.
+      layers from ``max_window_layers`` on), ``pattern`` (Gemma 3: every ``sliding_pattern``-th layer full, the
+      others sliding, i.e. layer i slides when (i + 1) % pattern != 0), ``none``. A config's own ``layer_types``
+      list wins.
+    - ``head_bias``: lm_head has a bias (V parameters; Phi's ``nn.Linear(h, V, bias=True)``), also when the
+      weight is tied to the embedding.
+    - ``scalar_multipliers``: Granite's µP scalars, each a Python float multiplying a tensor into a new one that
+      saves nothing: the embedding output (``embedding_multiplier``), the attention and MLP outputs before their
+      residual adds (``residual_multiplier``), the logits (``/ logits_scaling``). The attention scale
+      (``attention_multiplier``) replaces d**-0.5 and makes no tensor.
+    - ``rope_per_layer_type``: one cos/sin pair per attention type in the model (Gemma 3: a global and a local
+      rope base), each made once per forward and shared by the layers of its type.
+    - ``sliding_sdpa_mask``: under sdpa a sliding layer takes an explicit (b, 1, s, s) mask once the sequence
+      reaches the window (transformers 5.24 ``masking_utils._ignore_causal_mask_sdpa``: no ``is_causal`` shortcut
+      when ``kv_length >= sliding_window``), with what a mask brings (the mask kept by the kernel, k and v repeated
+      to every head): the padding-mask path, for those layers only. The rule holds for every sliding layout;
+      the flag is on for Gemma 3 (window 512-1024, sequences beyond it are the common case) and off elsewhere,
+      whose estimates it leaves as they were.
     """
 
     norm: NormKind = "rmsnorm"
@@ -106,3 +122,7 @@ class BlockLayout:
     eager_repeat_kv: bool = True
     eager_qkv_copies: bool = False
     sliding_layers: SlidingLayers = "none"
+    head_bias: bool = False
+    scalar_multipliers: bool = False
+    rope_per_layer_type: bool = False
+    sliding_sdpa_mask: bool = False

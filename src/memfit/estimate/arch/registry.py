@@ -11,16 +11,17 @@ config (README, "Adding an architecture"). How the next ones map onto the flags 
 model_type     flags (new ones in *italics*)
 =============  ============================================================================================
 olmo2          ``pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, post_mlp_norm=True,
-               qk_norm="full", norm_weight="before_cast"``: all existing (``tests/estimate/
-               test_architectures.py`` registers it and checks it against transformers and real steps)
+               qk_norm="full", norm_weight="before_cast"``: all existing (registered below, issue 13)
 phi            ``norm="layernorm", norm_bias=True, parallel_residual=Flag((), True), pre_mlp_norm=False,
-               mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *lm_head bias*
+               mlp="plain"``, ``partial_rotary_factor`` key, biases ``Flag((), True)``; *head_bias*,
+               *qk_norm_enabled* (``qk_layernorm``) (registered below, issue 13)
 falcon         ``fused_qkv`` (``self_attention.query_key_value``), ``parallel_residual`` from ``parallel_attn``,
                ``mlp="plain"``, LayerNorm; *kv heads from multi_query / new_decoder_architecture*
-granite        Llama's layout; *scalar multipliers* (embedding, residual, attention scale, logits: each a new
-               tensor, no saved bytes but the logits' extra b*s*V)
-gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types`` /
-               ``sliding_layers``; *one rope table per layer type* (two cos/sin pairs)
+granite        Llama's layout; *scalar_multipliers* (embedding, residual, logits: each a new tensor that saves
+               nothing) (registered below, issue 13)
+gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + ``layer_types``;
+               *sliding_layers="pattern"* (``sliding_window_pattern``), *rope_per_layer_type* (two cos/sin
+               pairs) (registered below, issue 13)
 qwen3_moe      Qwen3's attention + ``MoeLayout``; *dense layers* (``mlp_only_layers``, ``decoder_sparse_step``:
                a per-layer MLP kind, replayed once per kind)
 gpt_oss        ``MoeLayout`` with *router bias, expert biases, transposed gate_up (E, h, 2i), clamped SwiGLU*;
@@ -196,5 +197,72 @@ OPT = Architecture(
     lora_targets=_QV,
 )
 
+# ---- issue 13: OLMo 2, Phi, Granite, Gemma 3 -----------------------------------------------------------------
+
+# OLMo 2: Llama's block with no pre-norms, RMSNorm after the attention and after the MLP (before each residual
+# add), q/k norms over the full projection width ((a*d,) and (k*d,) weights), the norm weight applied before the
+# cast to the input dtype; PEFT 0.21.2 has no default LoRA targets for it.
+OLMO2 = Architecture(
+    model_type="olmo2", source=_SOURCE.format("olmo2"),
+    layout=BlockLayout(pre_attn_norm=False, pre_mlp_norm=False, post_attn_norm=True, post_mlp_norm=True,
+                       qk_norm="full", norm_weight="before_cast"),
+    keys=ConfigKeys(norm_eps=Real(("rms_norm_eps",), 1e-5)),
+    names=ModuleNames(), lora_targets=None,
+)
+
+# Phi (phi-1, phi-1.5, phi-2): LayerNorm with bias, attention and MLP in parallel on the one norm's output,
+# partial rotary (``partial_rotary_factor``, 0.5 unless the config says), q/k/v/dense and fc1/fc2 with biases
+# fixed in the modeling code, a plain gelu_new MLP, lm_head with a bias; q/k LayerNorms per head only with
+# ``qk_layernorm`` (default false). ``resid_pdrop`` drops the attention and the MLP outputs, ``embd_pdrop`` the
+# embedding output.
+_PHI_BIAS = Flag((), True)
+PHI = Architecture(
+    model_type="phi", source=_SOURCE.format("phi"),
+    layout=BlockLayout(norm="layernorm", norm_bias=True, mlp="plain", pre_mlp_norm=False, qk_norm="head",
+                       head_bias=True),
+    keys=ConfigKeys(activation=Text(("hidden_act", "hidden_activation", "activation_function"), "gelu_new"),
+                    norm_eps=Real(("layer_norm_eps",), 1e-5), rotary_fraction=Real(("partial_rotary_factor",), 0.5),
+                    qkv_bias=_PHI_BIAS, o_bias=_PHI_BIAS, mlp_bias=_PHI_BIAS, parallel_residual=Flag((), True),
+                    qk_norm_enabled=Flag(("qk_layernorm",), False), residual_dropout=Dropout("resid_pdrop", 0.0),
+                    embedding_dropout=Dropout("embd_pdrop", 0.0)),
+    names=ModuleNames(
+        block=BlockNames(o="self_attn.dense", up="mlp.fc1", down="mlp.fc2", q_norm="self_attn.q_layernorm",
+                         k_norm="self_attn.k_layernorm", extras=("mlp.activation_fn", "resid_dropout")),
+        model=ModelNames(final_norm="model.final_layernorm",
+                         outside=("model", "model.embed_tokens", "model.layers", "model.rotary_emb",
+                                  "model.embed_dropout", "model.final_layernorm", "lm_head"))),
+    lora_targets=("q_proj", "v_proj", "fc1", "fc2"),
+)
+
+# Granite (3.x dense): Llama's block and keys with µP scalars (embedding, residual, attention, logits multipliers:
+# ``BlockLayout.scalar_multipliers``); PEFT 0.21.2 has no default LoRA targets for it.
+GRANITE = Architecture(
+    model_type="granite", source=_SOURCE.format("granite"), layout=BlockLayout(scalar_multipliers=True),
+    keys=ConfigKeys(mlp_bias=Flag(("mlp_bias",), False)),
+    names=ModuleNames(), lora_targets=None,
+)
+
+# Gemma 3 (text; a ``gemma3`` multimodal config.json is read through its ``text_config``): Gemma 2's four norms
+# with the (1 + w) offset, q/k RMSNorms per head, embedding scaling, sliding and full layers interleaved
+# (``layer_types``, else every ``sliding_window_pattern``-th layer full), one rope table per layer type, no
+# soft-capping unless the config sets it; sdpa allowed.
+GEMMA3_TEXT = Architecture(
+    model_type="gemma3_text", source=_SOURCE.format("gemma3"),
+    layout=BlockLayout(norm_weight="one_plus_before_cast", embed_scale=True, post_attn_norm=True, post_mlp_norm=True,
+                       qk_norm="head", sliding_layers="pattern", rope_per_layer_type=True,
+                       sliding_sdpa_mask=True),
+    keys=ConfigKeys(kv_heads_default=4, head_dim_default=256, heads_divide_hidden=True,
+                    positions=Size("positions", ("max_position_embeddings",), 131_072),
+                    activation=Text(("hidden_activation", "hidden_act", "activation_function"), "gelu_pytorch_tanh"),
+                    tie_embeddings=Flag(("tie_word_embeddings",), True),
+                    attn_softcap=Cap(("attn_logit_softcapping",), None),
+                    final_softcap=Cap(("final_logit_softcapping",), None),
+                    sliding_window=Window(("sliding_window",), 4096), layer_types=("layer_types",),
+                    sliding_pattern=Size("layers", ("sliding_window_pattern",), 6),
+                    scales_with_head_dim=("query_pre_attn_scalar",)),
+    names=ModuleNames(block=BlockNames(pre_mlp_norm="pre_feedforward_layernorm")), lora_targets=_QV,
+)
+
 REGISTRY: dict[str, Architecture] = {a.model_type: a for a in (
-    LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL)}
+    LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA, GEMMA2, PHI3, GPT2, GPT_NEOX, OPT, MIXTRAL,
+    OLMO2, PHI, GRANITE, GEMMA3_TEXT)}

@@ -3,55 +3,26 @@ rename), replacing an existing file only when asked (``--force``)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from memfit.errors import MemfitError
+from memfit.files import check_output, write_atomic
 
 
 def check_target(path: str | os.PathLike[str], *, force: bool) -> Path:
-    """Fail early (before a slow trace or measurement) when the page could not be written."""
-    target = Path(path)
-    if target.is_dir():
-        raise MemfitError(f"--html {target} is a directory: give a file name such as {target / 'report.html'}")
-    if target.exists() and not force:
-        raise MemfitError(f"{target} exists: pass --force to replace it, or choose another --html file")
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise MemfitError(f"the folder {parent} does not exist: create it or choose another --html file")
-    return target
+    """Fail early (before a slow trace or measurement) when the page could not be written
+    (:func:`memfit.files.check_output`)."""
+    return check_output(path, flag="--html", force=force, example="report.html")
 
 
 def write_report(path: str | os.PathLike[str], html: str, *, force: bool = False) -> Path:
-    """Write ``html`` to ``path`` atomically: readers see the old file or the whole new one, never a part.
-
-    The temporary file is created in the target's folder (a rename within one file system is atomic) and
-    given the permissions a new file would get (0666 less the umask).
-    """
-    target = check_target(path, force=force)
-    parent = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(html)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        if not force and target.exists():  # appeared while we rendered
-            raise MemfitError(f"{target} exists: pass --force to replace it, or choose another --html file")
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return target
+    """Write ``html`` to ``path`` atomically: readers see the old file or the whole new one, never a part
+    (:func:`memfit.files.write_atomic`: a temporary file beside the target, then a rename)."""
+    return write_atomic(path, html, flag="--html", force=force, example="report.html")
 
 
 def load_result(path: str) -> tuple[Any, str]:
