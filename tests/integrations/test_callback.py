@@ -159,17 +159,14 @@ def test_sft_trainer_prediction_matches_measured_peak(tmp_path: Any, method: str
 
 def test_gradient_accumulation_keeps_the_gradients_through_the_next_micro_batch(tmp_path: Any) -> None:
     """gradient_accumulation_steps=2, full fine-tune: the first micro-batch's gradients (every weight, 881,920 B)
-    are alive through the second one's forward and backward. memfit's estimate alone misses them (measured 1.21x
-    its peak); the callback adds them."""
+    are alive through the second one's forward and backward (measured 5,009,840 B against 4,127,832 B for one
+    micro-batch); the estimate keeps them (grad_accum in the RunSpec read from the arguments)."""
     from memfit.integrations.transformers import MemfitCallback
 
     cb = MemfitCallback(measure_cpu=True)
     trainer = _hf(tmp_path, _model("full"), cb, lengths=[32] * 8, collator="equal", gradient_accumulation_steps=2)
     assert cb.prediction is not None and cb.prediction.spec.grad_accum == 2
     _check_agreement(cb, trainer)
-    assert cb.measured is not None
-    without = cb.measured["prediction"].estimate.peak_bytes  # memfit estimate for the same spec
-    assert cb.measured["measured_peak_bytes"] - without > 800_000
 
 
 def test_fused_adamw_allocates_no_step_temporaries(tmp_path: Any) -> None:
