@@ -75,6 +75,9 @@ def measure_command(
         "on CUDA torch's per-process memory fraction")] = None,
     max_batch: Annotated[bool, typer.Option(
         "--max-batch", help="also find the largest micro-batch that fits, by bisection from the estimate")] = False,
+    trainer: Annotated[str | None, typer.Option(
+        "--trainer", help="hf | trl: run the steps through the real transformers Trainer / TRL SFTTrainer (a tiny "
+        "in-memory dataset of the requested lengths) instead of memfit's own loop")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="write peak vs batch to this PNG")] = None,
     json_out: JsonFlag = False,
     html: HtmlOption = None,
@@ -118,6 +121,23 @@ def measure_command(
         raise MemfitError(ONLY_WITH["checkpoint_every"][1])
     if steps < 1:
         raise MemfitError(f"--steps must be a positive integer; got {steps}")
+    if trainer is not None:
+        from memfit.measure.trainer import TRAINERS
+
+        if trainer not in TRAINERS:
+            raise MemfitError(f"--trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
+        if memory_limit or max_batch:
+            raise MemfitError("--memory-limit and --max-batch run memfit's own loop: drop them, or drop --trainer")
+        if snapshot is not None:
+            raise MemfitError("--snapshot records memfit's own loop: drop it, or drop --trainer")
+        from memfit.measure.trainer import OPTIM
+
+        if spec.optimizer not in OPTIM:
+            raise MemfitError(f"--trainer {trainer} measures --optimizer {', '.join(OPTIM)}; got {spec.optimizer}")
+        from memfit.errors import require_extra
+
+        require_extra("trl" if trainer == "trl" else "transformers", "integrations")
+        require_extra("datasets", "integrations")
     limit = parse_size(memory_limit) if memory_limit else None
     check_html(html, force)
     if plot:  # a path that cannot be written fails now, not after the sweep
@@ -153,7 +173,7 @@ def measure_command(
 
         result = run_sweep(config, spec, model=model, batches=batches, seqs=seqs, checkpointing=modes,
                            device=dev, steps=steps, memory_limit=limit, max_batch=max_batch, on_point=on_point,
-                           snapshot=snapshot, force=force)
+                           snapshot=snapshot, force=force, trainer=trainer)
     if snapshot is not None:
         if result.snapshot is None:
             err_console.print("no memory snapshot written: no point fits", highlight=False)

@@ -148,6 +148,15 @@ def _trainer(doc: Document, name: str, new: Any, after: Mapping[str, Any], impor
     raise NotWritable("")
 
 
+def trainer_fields(doc: Document, name: str, new: Any, after: Mapping[str, Any], *, trl: bool) -> Writes:
+    """A memfit change as ``TrainingArguments`` (``trl=False``) or ``SFTConfig`` fields, ``[]`` when they have no
+    field for it (the Trainer callback's plan, :mod:`memfit.integrations.transformers`)."""
+    try:
+        return _trainer(doc, name, new, after, ImportedRun(files=(), model=None, settings={}, rows=()), trl=trl)
+    except NotWritable:
+        return []
+
+
 def _llamafactory(doc: Document, name: str, new: Any, after: Mapping[str, Any], imported: ImportedRun) -> Writes:
     simple = {"batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq": "cutoff_len", "packing": "packing"}

@@ -18,12 +18,11 @@ experts                num_local_experts, num_experts_per_tok
 dropout                attention / residual / embedding dropout, per architecture
 =====================  ==========================================================================
 
-The reader is the boundary every engine crosses (:func:`validate_config`; ``trace`` and ``measure`` build
-the transformers config from the same dict only after it): sizes must be positive integers within
-``SIZE_LIMITS``, key/value heads must divide the heads, the heads must divide the hidden size where
-transformers requires it (``ConfigKeys.heads_divide_hidden``), and a token may not pick more experts than
-there are. :func:`~memfit.estimate.config_file.read_config_file` reads a ``config.json`` of at most
-``MAX_CONFIG_BYTES``.
+The reader is the boundary every engine crosses (:func:`validate_config`; ``trace`` and ``measure`` build the
+transformers config from the same dict only after it): sizes must be positive integers within ``SIZE_LIMITS``,
+key/value heads must divide the heads, the heads must divide the hidden size where transformers requires it
+(``ConfigKeys.heads_divide_hidden``), and a token may not pick more experts than there are.
+:func:`~memfit.estimate.config_file.read_config_file` reads a ``config.json`` of at most ``MAX_CONFIG_BYTES``.
 """
 
 from __future__ import annotations

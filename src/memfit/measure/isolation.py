@@ -41,29 +41,33 @@ class WorkerRequest:
     memory_limit: int | None = None
     snapshot_to: str | None = None  # where the worker writes memfit's memory snapshot (a file the parent names)
     cuda_snapshot_to: str | None = None  # and the allocator's own, on CUDA
+    trainer: str | None = None  # None: memfit's loop; "hf" / "trl": memfit.measure.trainer
 
     def to_json(self) -> str:
         return json.dumps({"config": self.config, "spec": self.spec.to_dict(), "device": self.device,
                            "steps": self.steps, "warmup": self.warmup, "memory_limit": self.memory_limit,
-                           "snapshot_to": self.snapshot_to, "cuda_snapshot_to": self.cuda_snapshot_to})
+                           "snapshot_to": self.snapshot_to, "cuda_snapshot_to": self.cuda_snapshot_to,
+                           "trainer": self.trainer})
 
     @classmethod
     def from_json(cls, text: str) -> WorkerRequest:
         d = json.loads(text)
         return cls(config=d["config"], spec=RunSpec.from_dict(d["spec"]), device=d.get("device", "cpu"),
                    steps=int(d.get("steps", 3)), warmup=int(d.get("warmup", 1)), memory_limit=d.get("memory_limit"),
-                   snapshot_to=d.get("snapshot_to"), cuda_snapshot_to=d.get("cuda_snapshot_to"))
+                   snapshot_to=d.get("snapshot_to"), cuda_snapshot_to=d.get("cuda_snapshot_to"),
+                   trainer=d.get("trainer"))
 
 
 # ---- client ------------------------------------------------------------------------------------
 
 def measure_in_subprocess(config: dict[str, Any], spec: RunSpec, *, device: str, steps: int, warmup: int = 1,
                           memory_limit: int | None = None, snapshot_to: str | None = None,
-                          cuda_snapshot_to: str | None = None) -> PointResult:
+                          cuda_snapshot_to: str | None = None, trainer: str | None = None) -> PointResult:
     """Measure one point in a fresh ``python -m memfit.measure.isolation``; a worker the host kills for
     memory is a point that does not fit."""
     request = WorkerRequest(config=config, spec=spec, device=device, steps=steps, warmup=warmup,
-                            memory_limit=memory_limit, snapshot_to=snapshot_to, cuda_snapshot_to=cuda_snapshot_to)
+                            memory_limit=memory_limit, snapshot_to=snapshot_to, cuda_snapshot_to=cuda_snapshot_to,
+                            trainer=trainer)
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -107,11 +111,17 @@ def last_json_line(stdout: str) -> dict[str, Any] | None:
 def handle(request: WorkerRequest) -> dict[str, Any]:
     """Measure ``request`` in this process; the reply as a dict (the module docstring)."""
     try:
-        from memfit.measure.point import measure_point
+        if request.trainer is not None:
+            from memfit.measure.trainer import measure_point_trainer
 
-        result = measure_point(request.config, request.spec, device=request.device, steps=request.steps,
-                               warmup=request.warmup, memory_limit=request.memory_limit,
-                               snapshot_to=request.snapshot_to, cuda_snapshot_to=request.cuda_snapshot_to)
+            result = measure_point_trainer(request.config, request.spec, trainer=request.trainer,
+                                           device=request.device, steps=request.steps, warmup=request.warmup)
+        else:
+            from memfit.measure.point import measure_point
+
+            result = measure_point(request.config, request.spec, device=request.device, steps=request.steps,
+                                   warmup=request.warmup, memory_limit=request.memory_limit,
+                                   snapshot_to=request.snapshot_to, cuda_snapshot_to=request.cuda_snapshot_to)
         return {"ok": True, "result": result.to_dict()}
     except MemfitError as exc:
         return {"ok": False, "kind": "memfit", "error": str(exc)}

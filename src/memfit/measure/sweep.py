@@ -118,16 +118,18 @@ def sweep_specs(spec: RunSpec, *, batches: list[int], seqs: list[int], checkpoin
 
 def run_sweep(config: dict[str, Any], spec: RunSpec, *, model: str, batches: list[int], seqs: list[int],
               checkpointing: list[str], device: str, steps: int = 3, memory_limit: int | None = None,
-              max_batch: bool = False, isolate: bool = True,
+              max_batch: bool = False, isolate: bool = True, trainer: str | None = None,
               on_point: Callable[[RunSpec, PointResult | None], None] | None = None,
               snapshot: Path | None = None, force: bool = False) -> SweepResult:
     """Measure every (checkpointing, seq, batch) point, then draw the lines, pair the trades and (optionally)
     bisect the max batch.
 
-    ``isolate=False`` measures in this process (for tests); ``on_point(spec, result)`` is called before
-    (result None) and after each point, for a progress bar. ``snapshot``: each point of the sweep writes its
-    memory snapshot to a temporary file beside it; the one of :attr:`SweepResult.timeline_run` becomes
-    ``snapshot`` (and on CUDA, :func:`cuda_snapshot_path` gets the allocator's own), the others are removed.
+    ``isolate=False`` measures in this process (for tests); ``trainer`` ``"hf"`` / ``"trl"`` runs each point
+    through the real Trainer / SFTTrainer (:mod:`memfit.measure.trainer`); ``on_point(spec, result)`` is called
+    before (result None) and after each point, for a progress bar. ``snapshot`` (memfit's own loop only): each
+    point of the sweep writes its memory snapshot to a temporary file beside it; the one of
+    :attr:`SweepResult.timeline_run` becomes ``snapshot`` (and on CUDA, :func:`cuda_snapshot_path` gets the
+    allocator's own), the others are removed.
     """
     shape = ModelShape.from_hf_config(config)
     pending: dict[int, tuple[Path, Path | None]] = {}  # run index -> its temporary snapshot files
@@ -144,13 +146,18 @@ def run_sweep(config: dict[str, Any], spec: RunSpec, *, model: str, batches: lis
         cuda_to = None if cuda_snap is None else str(cuda_snap)
         if isolate:
             r = measure_in_subprocess(config, s, device=device, steps=steps, memory_limit=memory_limit,
-                                      snapshot_to=snap_to, cuda_snapshot_to=cuda_to)
+                                      snapshot_to=snap_to, cuda_snapshot_to=cuda_to, trainer=trainer)
+        elif trainer is not None:
+            from memfit.measure.trainer import measure_point_trainer
+
+            r = measure_point_trainer(config, s, trainer=trainer, device=device, steps=steps)
         else:
             from memfit.measure.point import measure_point
 
             r = measure_point(config, s, device=device, steps=steps, memory_limit=memory_limit,
                               snapshot_to=snap_to, cuda_snapshot_to=cuda_to)
-        r = r.with_estimate(estimate_peak(config, s.with_(device="cuda" if device == "cuda" else "cpu")))
+        if r.estimate_bytes is None:  # --trainer trl brings its own (TRL's fused LM head)
+            r = r.with_estimate(estimate_peak(config, s.with_(device="cuda" if device == "cuda" else "cpu")))
         if on_point:
             on_point(s, r)
         return r
