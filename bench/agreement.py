@@ -72,6 +72,8 @@ def activation_constants(rows: list[MatrixRow]) -> list[tuple[str, str, float]]:
             for k in ("num_hidden_layers", "n_layer"):
                 if k in cfg:
                     cfg[k] = layers
+            if isinstance(cfg.get("layer_types"), list):  # one entry per layer: repeat the 2-layer pattern
+                cfg["layer_types"] = [cfg["layer_types"][i % len(cfg["layer_types"])] for i in range(layers)]
             p = measure_point(cfg, row.spec, steps=1, warmup=0)
             peaks.append(p.phase_peaks.get("forward", p.peak_bytes or 0))
             from memfit.estimate import ModelShape

@@ -179,11 +179,10 @@ NOTES = """- Where the loss is the peak (every row with a real vocabulary) the e
   the same bytes to within a few hundred (a tie, not an error).
 - What remains off: when a block's backward is the peak (llama-deep rows: small vocabulary, seq 256,
   eager attention or checkpointing) the reverse replay of the block's ops is within 1.5% (it does not
-  model every temporary inside bmm/softmax backward, or the exact order in which the recompute frees);
-  Mixtral under autocast with LoRA is 1.63% low: outside bf16, memfit (as transformers does when
-  grouped_mm cannot run) routes tokens through the eager per-expert loop, whose temporaries depend on
-  how many tokens each expert receives. (Before this table was measured with memfit's runtime, a separate
-  harness ran transformers' default grouped_mm path there: 0.09% low.)
+  model every temporary inside bmm/softmax backward, or the exact order in which the recompute frees).
+  Mixtral under autocast with LoRA runs transformers' eager per-expert loop (grouped_mm takes bf16 only),
+  which keeps a bf16 copy of each expert's weights that receives tokens and the source of every
+  `index_add_`; the estimate counts both (it was 1.63% low while it counted one weight copy).
 - `B/(L*tok*h)` is the measured saved bytes per layer x token x hidden; at 64 tokens per step the
   weight-sized terms (autocast's bf16 weight copies under `mixed-bf16`, the fp32 log-softmax) dominate,
   so the column is only comparable with the lesson's 20 for the long-sequence rows (43.6 for Llama LoRA
