@@ -837,10 +837,10 @@ CLOSING_NOTE = """
 **Closing note** (run of 2026-12-01; re-read it when the figures above change).
 
 - No analytic peer (accelerate, fitcheck-llm, llm-analysis, DeepSpeed) is closer to the reference than memfit's
-  estimate on any of the 64 rows, nor than memfit's trace. The closest is fitcheck-llm, the only one that models
-  activations, LoRA and checkpointing (median 12.7% on the measured rows, 7.9% at full size). Its misses: +87% on
-  OPT and +19% on Pythia full fine-tunes (it derives the parameter count assuming a three-matrix SwiGLU MLP without
-  biases; online it would compare that count with the Hub's and refuse such models, offline it uses it and warns);
+  estimate on any of the 114 rows, nor than memfit's trace. The closest is fitcheck-llm, the only one that models
+  activations, LoRA and checkpointing (median 13.2% on the measured rows, 9.0% at full size). Its misses: +92% on
+  Falcon, +87% on OPT and +19% on Pythia full fine-tunes (it derives the parameter count assuming a three-matrix
+  SwiGLU MLP without biases; online it would compare that count with the Hub's and refuse such models, offline it uses it and warns);
   -26% to -58% on every mixed-bf16 row (its `--precision` also sets the stored weight dtype, so the fp32 weights
   of an autocast run cannot be said); it refuses MoE configs and configs without `hidden_size` (GPT-2); and one
   verdict that ends in an out-of-memory error: gemma-2-2b all-linear LoRA b2 s1024 at 20.6 GiB against 24.9 GiB
@@ -851,22 +851,23 @@ CLOSING_NOTE = """
   DeepSpeed's `_all_live` on a meta-device model counts one parameter tensor (every meta tensor has
   `data_ptr() == 0`): 1.05 B of Llama-3.1-70B's 70.55 B parameters; the bench calls `_all_cold` there.
   llm-analysis has no LoRA, refuses 32-bit weights or activations (an assertion in its latency model) and always
-  adds a master copy (median 49% / 46%).
-- torch's MemTracker is closer than memfit's estimate on the 9 full fine-tuning rows it can run, MemTracker on
-  fake tensors on 6 of them; neither is ever closer than memfit's trace. Reason: MemTracker is not an estimate
+  adds a master copy (median 47% / 38%; +3,880% on the Qwen3-30B-A3B LoRA row).
+- torch's MemTracker is closer than memfit's estimate on the 24 full fine-tuning rows it can run, MemTracker on
+  fake tensors on 15 of them; neither is ever closer than memfit's trace. Reason: MemTracker is not an estimate
   here but a second count of the same storages of the same execution (nested over memfit's measured steps), so it
-  equals the measured peak to the byte, as memfit's trace does; the estimate is off there by 0.0001-0.0012% (a few
-  hundred bytes to a few kB of small temporaries) and by -1.27% on GPT-2 (its known gap, see `## agreement`).
+  equals the measured peak to the byte, as memfit's trace does; the estimate is off there by less than 0.005% (a
+  few hundred bytes to a few kB of small temporaries).
   MemTracker cannot track a LoRA model at all (torch 2.13 installs a gradient hook on every parameter of each
-  module it enters, and `register_hook` raises on the frozen base: 36 of 45 measured rows and every full-size
+  module it enters, and `register_hook` raises on the frozen base: 70 of 94 measured rows and every full-size
   LoRA row), nor a fake fp32 MoE forward (`aten.nonzero` has a data-dependent shape). On fake tensors it runs the
   step under a bare FakeTensorMode, where transformers' value-dependent check for packed sequences takes the
   general case: +0.03% on the matrix, +1.8% / +6.3% on Qwen2.5-0.5B / TinyLlama full fine-tunes, each byte-equal
   to memfit's CPU trace with that check left unanswered (checked); and it predicts CPU kernels, so on GPT-2 fp32
   b8 s1024 it is +93% over the CUDA prediction and byte-equal to memfit's trace with `--device cpu` (checked). It
   took 33-169 s per full-size full fine-tune, where memfit's trace took 4-7 s on the same rows.
-- Verdicts: every measured row is under 3.1 GiB and no tool went over 24 GiB on them; the wrong verdicts are all
-  on the full-size rows, where memfit's estimate has none.
+- Verdicts: every measured row is under 3.1 GiB; the one wrong verdict on them is llm-analysis calling that
+  242 MiB Qwen3-30B-A3B row too big for 24 GiB. The other wrong verdicts are on the full-size rows, where
+  memfit's estimate has none.
 """
 
 
