@@ -840,7 +840,8 @@ CLOSING_NOTE = """
   estimate on any of the 114 rows, nor than memfit's trace. The closest is fitcheck-llm, the only one that models
   activations, LoRA and checkpointing (median 13.2% on the measured rows, 9.0% at full size). Its misses: +92% on
   Falcon, +87% on OPT and +19% on Pythia full fine-tunes (it derives the parameter count assuming a three-matrix
-  SwiGLU MLP without biases; online it would compare that count with the Hub's and refuse such models, offline it uses it and warns);
+  SwiGLU MLP without biases; online it would compare that count with the Hub's and refuse such models, offline
+  it uses it and warns);
   -26% to -58% on every mixed-bf16 row (its `--precision` also sets the stored weight dtype, so the fp32 weights
   of an autocast run cannot be said); it refuses MoE configs and configs without `hidden_size` (GPT-2); and one
   verdict that ends in an out-of-memory error: gemma-2-2b all-linear LoRA b2 s1024 at 20.6 GiB against 24.9 GiB
