@@ -76,9 +76,7 @@ def atomic_output(path: str | os.PathLike[str], *, flag: str, force: bool, examp
     (['a.txt'], 'whole')
     """
     target = check_output(path, flag=flag, force=force, example=example)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_MARK + target.suffix, dir=_parent(target))
-    os.close(fd)
-    tmp = Path(name)
+    tmp = temporary_beside(target)
     try:
         yield tmp
         _fsync(tmp)

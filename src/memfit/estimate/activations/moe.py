@@ -233,8 +233,7 @@ def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear, ro
     """
     t, m, spec = rp.tape, rp.model, rp.spec
     Tk, h, i = rp.batch * rp.seq * m.experts_per_token, m.hidden, m.intermediate
-    moe_layout = m.layout.moe
-    eager = moe_layout is None or spec.precision not in moe_layout.grouped_mm_precisions
+    eager = _eager_loop(rp)
     g_block = lora_params_per_layer(m, spec) * FP32_BYTES
     g_before_down = g_block - lora_linear_params(down, spec.rank) * FP32_BYTES
     w_gu = _effective_weight(rp, gate_up, "moe/gate_up", pending=g_before_down)
