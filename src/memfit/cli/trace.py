@@ -110,6 +110,8 @@ def trace_command(
     line = verdict(result)
     if line:
         console.print(line)
+    if result.allocator is not None and result.allocator.get("message"):
+        console.print(str(result.allocator["message"]), highlight=False)
     console.print(f"traced in {result.build_seconds + result.step_seconds:.1f} s "
                   f"(build {result.build_seconds:.1f} s, step {result.step_seconds:.1f} s)", style="dim")
     if check and result.fits is False:

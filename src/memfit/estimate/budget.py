@@ -92,6 +92,7 @@ class MemoryEstimate:
     reserved_bytes: int  # CUDA: what the caching allocator reserves + context (see module docstring)
     rule_of_thumb_bytes: int
     sharded: ShardedPeak | None = None  # what spec.sharding did to the peak (None without sharding)
+    host_bytes: int = 0  # --offload: the checkpoints' copies in host memory, not part of peak_bytes
 
     @property
     def model(self) -> str:
@@ -127,6 +128,9 @@ class MemoryEstimate:
             "activations_per_layer": self.per_layer,
             "moments": [m.to_dict() for m in self.moments],
             "reserved_bytes": self.reserved_bytes,
+            "reserved_source": ("assumed: peak + 5% + 256 MiB allocator + 512 MiB CUDA context"
+                                if self.spec.device == "cuda" else "cpu: the peak"),
+            "host_bytes": self.host_bytes,
             "sharding": None if self.sharded is None else self.sharded.to_dict(),
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
             "trainable_params": self.model_states.trainable_params,
@@ -151,7 +155,7 @@ def budget_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activation
         spec=spec, shape=shape, peak_bytes=top.total, peak_phase=top.phase, peak_moment=top.label,
         components=top.components(), model_states=st, activations=act, activation_bytes=act.total,
         moments=per_gpu, reserved_bytes=reserved_bytes(top.total, spec.device), rule_of_thumb_bytes=rot,
-        sharded=sharded,
+        sharded=sharded, host_bytes=act.offloaded,
     )
 
 
@@ -165,6 +169,7 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     other_saved = act.shared + act.embedding
     seg = act.segment
     n = shape.n_layers
+    host_copy_back = spec.offload and spec.device == "cuda"  # unpack copies the checkpoint back to the device
     resid_grad = T * shape.hidden * (4 if spec.method == "qlora" else spec.weight_bytes)
     G = st.gradients
     g_head = st.grads_head + st.grads_other
@@ -189,8 +194,10 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
         others = act.layers - (act.input_saved if last_ckpt else act.per_layer)
         last_grads = st.grads_per_layer
     elif seg:
-        # the recomputed block saves its own input, which is the checkpoint itself: count it once
-        others = act.checkpoints + (min(seg, n) - 1) * act.per_layer - act.input_saved
+        # the recomputed block saves its own input, which is the checkpoint itself: count it once. With
+        # --offload the checkpoint is on the host: CUDA unpacks a device copy (the block's saved input, counted in
+        # its backward); a CPU run recomputes from the host tensor itself (no device bytes: take it out)
+        others = act.checkpoints + (min(seg, n) - 1) * act.per_layer - (0 if host_copy_back else act.input_saved)
         last_grads = st.grads_per_layer * min(seg, n)
     else:
         others = blocks - act.per_layer
@@ -201,6 +208,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
                              TEMPS: bwd_per + resid_grad}))
     # backward of the first block: its own backward + every block's gradients
     first_others = act.layer_input - act.input_saved if seg and not spec.offload else 0
+    if seg and spec.offload:  # a leaf block-0 input stays on the device; the recompute input as above
+        first_others = act.leaf_input - (0 if host_copy_back else act.input_saved)
     if act.plain_blocks:
         first_others = 0  # block 0 is never the k-th: it kept everything, nothing else is left
     elif seg and seg > 1:

@@ -115,9 +115,12 @@ class FitVerdict:
     device: str
     peak_bytes: int
     headroom: Headroom
+    reserved: int | None = None  # a replayed reserved peak + context (:mod:`memfit.estimate.allocator`); None: the rule
 
     @property
     def reserved_bytes(self) -> int:
+        if self.reserved is not None and self.device == "cuda":
+            return self.reserved
         return reserved_bytes(self.peak_bytes, self.device)
 
     @property
@@ -186,9 +189,11 @@ class Target:
         """The most a step may reserve: the GPU's bytes less the headroom."""
         return self.headroom.budget(self.gpu.bytes)
 
-    def judge(self, peak_bytes: int, device: str) -> FitVerdict:
-        """The rule applied to a step with ``peak_bytes`` of live tensors on ``device``."""
-        return FitVerdict(gpu=self.gpu, device=device, peak_bytes=peak_bytes, headroom=self.headroom)
+    def judge(self, peak_bytes: int, device: str, *, reserved: int | None = None) -> FitVerdict:
+        """The rule applied to a step with ``peak_bytes`` of live tensors on ``device`` (``reserved``: a reserved
+        figure replayed through the caching allocator, used instead of the stated assumption on CUDA)."""
+        return FitVerdict(gpu=self.gpu, device=device, peak_bytes=peak_bytes, headroom=self.headroom,
+                          reserved=reserved)
 
     def fits(self, peak_bytes: int, device: str) -> bool:
         return self.judge(peak_bytes, device).fits

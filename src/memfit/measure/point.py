@@ -39,6 +39,7 @@ from memfit.estimate.spec import RunSpec
 from memfit.files import write_atomic
 from memfit.measure.result import PointResult
 from memfit.runtime.build import build_model
+from memfit.runtime.offload import HostCopies, counting_host
 from memfit.runtime.scopes import ModuleScopes
 from memfit.runtime.snapshot import SNAPSHOT_PICKLE_PROTOCOL, memory_snapshot, write_snapshot
 from memfit.runtime.step import make_optimizer, make_scaler, median_seconds, run_step, time_steps
@@ -77,8 +78,9 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
         if memory_limit is not None:
             total = torch.cuda.get_device_properties(0).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, (memory_limit + base_allocated) / total))
+    host = HostCopies()  # --offload's host copies: booked apart from the device (memfit.runtime.offload)
     tracker = LiveTensorTracker(vocab=vocab, memory_limit=None if is_cuda else memory_limit,
-                                device_type="cuda" if is_cuda else None)
+                                device_type="cuda" if is_cuda else None, ignore_storage=host.claims)
     model = optimizer = None
     recorder: TimelineRecorder | None = None
     try:
@@ -93,7 +95,7 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
             torch.cuda.memory._record_memory_history("all", context="all", stacks="python",
                                                      max_entries=CUDA_HISTORY_ENTRIES, clear_history=True)
         losses = []
-        with tracker, ModuleScopes(model, tracker):
+        with counting_host(host), tracker, ModuleScopes(model, tracker):
             for _ in range(tracked_steps):
                 r = run_step(model, spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
                              device=device, tracker=tracker, scaler=scaler)
@@ -140,7 +142,7 @@ def measure_point(config: dict[str, Any], spec: RunSpec, *, device: str = "cpu",
         step_seconds=seconds, step_times=tuple(times),
         tokens_per_second=(spec.batch * spec.seq / seconds) if seconds > 0 else None,
         loss=losses[-1] if losses else None,
-        timeline=tuple(downsample(recorder.points)) if recorder is not None else (),
+        timeline=tuple(downsample(recorder.points)) if recorder is not None else (), host_bytes=host.peak_bytes,
     )
 
 

@@ -31,6 +31,7 @@ class PointResult:
     estimate_bytes: int | None = None
     error: str | None = None
     timeline: tuple[TimelinePoint, ...] = ()  # memory over the tracked steps, downsampled
+    host_bytes: int = 0  # peak of the host copies --offload keeps (memfit.runtime.offload), not in peak_bytes
 
     @property
     def ratio(self) -> float | None:
@@ -56,6 +57,7 @@ class PointResult:
             "tokens_per_second": self.tokens_per_second, "loss": self.loss,
             "estimate_bytes": self.estimate_bytes, "ratio": self.ratio,
             "by_category": dict(self.by_category), "phase_peaks": dict(self.phase_peaks), "error": self.error,
+            "host_bytes": self.host_bytes,
         }
         if timeline and self.timeline:
             out["timeline"] = [p.to_dict() for p in self.timeline]

@@ -16,7 +16,7 @@ spec field          what the model gets
 ``targets``         ``()`` = PEFT's default for the architecture, ``("all-linear",)`` = ``"all-linear"``.
 ``checkpointing``   ``full``: every decoder layer, non-reentrant (``use_reentrant=False``);
                     ``every-k``: one decoder layer in ``checkpoint_every``; ``offload`` keeps the
-                    checkpoints in host memory (transformers' ``offload=True``).
+                    checkpoints in host memory (transformers' ``offload=True``, :mod:`memfit.runtime.offload`).
 ``attention``       ``eager`` | ``sdpa`` | ``flash`` (= ``flash_attention_2``).
 ==================  =====================================================================================
 
@@ -53,6 +53,8 @@ require_extra("torch", "torch")
 require_extra("transformers", "torch")
 
 import torch  # noqa: E402
+
+from memfit.runtime.offload import apply_offload  # noqa: E402
 
 ATTN_IMPLEMENTATION = {"eager": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
 
@@ -183,13 +185,16 @@ def apply_checkpointing(model: torch.nn.Module, spec: RunSpec) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
-                                                  every_n_layers=every, offload=spec.offload)
-        elif every == 1 and not spec.offload:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=every)
+        elif every == 1:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         else:
-            raise MemfitError("--checkpointing every-k and --offload need transformers with "
-                              "activation_checkpointing_enable; use --checkpointing full")
+            raise MemfitError("--checkpointing every-k needs transformers with activation_checkpointing_enable; "
+                              "use --checkpointing full")
+    if spec.offload:
+        # transformers' offload=True wraps each checkpoint in save_on_cpu(pin_memory=True), which raises on a
+        # CPU-only torch; memfit's equivalent also books the host copies apart (memfit.runtime.offload)
+        apply_offload(model, kwargs)
 
 
 def check_causal_lm(config: dict[str, Any]) -> None:

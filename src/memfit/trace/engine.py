@@ -52,10 +52,13 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from memfit.errors import MemfitError
+from memfit.estimate.allocator import advise
 from memfit.estimate.category import MODEL_STATES, Category
-from memfit.estimate.fits import reserved_bytes
+from memfit.estimate.fits import CUDA_CONTEXT_BYTES, reserved_bytes
 from memfit.estimate.spec import RunSpec
+from memfit.runtime.allocations import step_allocations
 from memfit.runtime.build import fake_model
+from memfit.runtime.offload import HostCopies, counting_host
 from memfit.runtime.scopes import ModuleScopes, SavedTensorLedger, layer_index
 from memfit.runtime.snapshot import memory_snapshot
 from memfit.runtime.step import make_optimizer, make_scaler, run_step
@@ -90,9 +93,6 @@ def check_trace_spec(spec: RunSpec) -> None:
     if spec.loss != "standard":
         raise MemfitError("trace runs transformers' standard loss only; drop --loss chunked "
                           "(`memfit estimate` models the chunked loss)")
-    if spec.offload:
-        raise MemfitError("trace does not model --offload (checkpoints in host memory); "
-                          "use `memfit estimate --offload`")
     if spec.precision == "mixed-fp16":
         raise MemfitError("trace supports fp32, bf16, fp16 and mixed-bf16; mixed-fp16 needs GradScaler's "
                           "value checks (inf/nan) that fake tensors cannot answer: use mixed-bf16")
@@ -154,13 +154,17 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     build_seconds = time.perf_counter() - t0
 
     host = host_storages(optimizer) if is_cuda else set()
-    tracker = LiveTensorTracker(vocab=vocab, booked_size=round_cuda if is_cuda else None,
-                                ignore_storage=(lambda storage: id(storage) in host) if host else None)
+    offloaded = HostCopies(device_copy_on_unpack=is_cuda)  # --offload's host copies, booked apart
+
+    def on_host(storage: Any) -> bool:
+        return offloaded.claims(storage) or id(storage) in host
+
+    tracker = LiveTensorTracker(vocab=vocab, booked_size=round_cuda if is_cuda else None, ignore_storage=on_host)
     tracker.track_model(model)
     tracker.track_optimizer(optimizer)
     scopes = ModuleScopes(model, tracker)
     ledger = SavedTensorLedger.for_model(model, scopes)
-    recorder = TimelineRecorder(tracker, model=model, keep_events=snapshot)
+    recorder = TimelineRecorder(tracker, model=model, keep_events=snapshot or is_cuda)
     t1 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(warnings.catch_warnings())
@@ -172,6 +176,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
             stack.enter_context(CudaDropout())
             if spec.is_mixed:
                 stack.enter_context(CudaAutocastFloat32())
+        stack.enter_context(counting_host(offloaded))
         stack.enter_context(tracker)
         stack.enter_context(scopes)
         say("tracing one step: forward, backward, optimizer")
@@ -183,7 +188,12 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     result = _result(config, spec, model, optimizer, tracker, ledger, name=name, build_seconds=build_seconds,
                      step_seconds=step_seconds)
     memory = memory_snapshot(recorder.initial, recorder.events, recorder.final) if snapshot else None
-    return replace(result, timeline=tuple(downsample(recorder.points)), snapshot=memory)
+    if is_cuda:  # the reserved peak: the step's allocations replayed through the caching allocator
+        allocator = advise(step_allocations(recorder.initial, recorder.events))
+        result = replace(result, allocator=allocator.to_dict(),
+                         reserved_bytes=allocator.default.reserved_peak_bytes + CUDA_CONTEXT_BYTES)
+    return replace(result, timeline=tuple(downsample(recorder.points)), snapshot=memory,
+                   host_bytes=offloaded.peak_bytes)
 
 
 def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, optimizer: Any,
@@ -212,8 +222,8 @@ def _result(config: dict[str, Any], spec: RunSpec, model: torch.nn.Module, optim
         per_module=per_module, per_layer_peak=dict(sorted(per_layer.items())),
         saved_by_module=dict(sorted(ledger.by_module.items())), saved_by_layer=ledger.by_layer(),
         build_seconds=build_seconds, step_seconds=step_seconds,
-        # what the device reserves around the traced peak, by the estimate's stated assumptions, so the two
-        # engines judge ``fits`` alike
+        # what the device reserves around the traced peak: on CUDA trace_step replaces it with the allocator
+        # replay; the stated assumptions stay where there is no replay
         reserved_bytes=reserved_bytes(int(summary["peak_bytes"]), spec.device),
     )
 

@@ -60,6 +60,10 @@ class TraceResult:
     build_seconds: float
     step_seconds: float
     reserved_bytes: int | None = None
+    # --device cuda: the step's allocations replayed through the caching allocator (memfit.estimate.allocator's
+    # AllocatorAdvice.to_dict(): torch's defaults, the best PYTORCH_CUDA_ALLOC_CONF tried, the saving)
+    allocator: dict[str, Any] | None = None
+    host_bytes: int = 0  # --offload: peak of the checkpoints' copies in host memory, not part of peak_bytes
     target: Target | None = None  # --gpu and --headroom, what the step is judged against
     timeline: tuple[TimelinePoint, ...] = ()
     snapshot: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # not in the JSON
@@ -73,7 +77,8 @@ class TraceResult:
         """:mod:`memfit.estimate.fits`' rule (reserved + headroom <= the GPU) on ``--gpu``; None without one."""
         if self.target is None:
             return None
-        return self.target.judge(self.peak_bytes, self.spec.device)
+        replayed = self.reserved_bytes if self.allocator is not None else None
+        return self.target.judge(self.peak_bytes, self.spec.device, reserved=replayed)
 
     @property
     def fits(self) -> bool | None:
@@ -105,6 +110,9 @@ class TraceResult:
             "components": dict(self.components),
             "model_states": dict(self.model_states),
             "reserved_bytes": self.reserved_bytes,
+            "reserved_source": _reserved_source(self),
+            "allocator": self.allocator,
+            "host_bytes": self.host_bytes,
             "gpu": None if self.target is None else self.target.gpu.to_dict(),
             "gpu_bytes": self.gpu_bytes,
             "fits": self.fits,
@@ -117,3 +125,11 @@ class TraceResult:
             "timeline": [p.to_dict() for p in self.timeline],
             "timing": {"build_seconds": round(self.build_seconds, 3), "step_seconds": round(self.step_seconds, 3)},
         }
+
+
+def _reserved_source(r: TraceResult) -> str:
+    if r.spec.device != "cuda":
+        return "cpu: the peak (nothing is reserved beyond the live tensors)"
+    if r.allocator is not None:
+        return "the traced allocations replayed through the CUDA caching allocator + 512 MiB CUDA context (assumed)"
+    return "assumed: peak + 5% + 256 MiB allocator + 512 MiB CUDA context"

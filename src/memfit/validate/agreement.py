@@ -23,6 +23,7 @@ from memfit.estimate import lookup
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
+from memfit.validate.rows_offload import OFFLOAD_ROWS
 
 # (catalogue model, scaled hidden, scaled layers): the architectures of the matrix.
 SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
@@ -98,7 +99,7 @@ class MatrixRow:
         s = self.spec
         targets = ",".join(s.targets) or "default"
         method = s.method if s.method == "full" else f"lora[{targets}]"
-        ck = "ckpt" if s.checkpointing != "none" else "-"
+        ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
         w = self.shape.sliding_window
         window = f" window {w}" if w is not None and w <= s.seq else ""  # sliding layers past their window
@@ -284,7 +285,13 @@ def full_matrix() -> list[MatrixRow]:
     """Every scaled architecture times every spec of the grid, then the dropout rows, the other optimizers'
     rows and the rows past a sliding window."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
-            for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix()
+            for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix() \
+        + offload_matrix()
+
+
+def offload_matrix(rows: tuple[tuple[str, RunSpec], ...] = OFFLOAD_ROWS) -> list[MatrixRow]:
+    """The --offload rows (:mod:`memfit.validate.rows_offload`; ``FAST_OFFLOAD_ROWS`` for the fast subset)."""
+    return [MatrixRow(model=m, config=_scaled(m), spec=_fit_spec(m, s)) for m, s in rows]
 
 
 def dropout_matrix() -> list[MatrixRow]:

@@ -52,3 +52,17 @@ def test_sliding_and_full_layers_keep_two_masks() -> None:
     assert checkpoints(model(gemma2, sliding_window=None), spec, layer_input=256, mask_itemsize=2).kept_bytes == 1152
     one_layer = checkpoints(model(gemma2, num_hidden_layers=1), spec, layer_input=256, mask_itemsize=2)
     assert one_layer.kept_bytes == 256 + 128
+
+
+def test_offload_keeps_a_leaf_first_input_and_copies_every_input_to_the_host() -> None:
+    """--offload, 4 layers, one block input 256 B: every checkpointed input is copied to the host, 4 x 256 =
+    1,024 B. On the device: nothing (full fine-tune: block 0's input has a grad_fn), or block 0's input when it is a
+    leaf (an adapter run: the frozen embedding's output, held by the graph's AccumulateGrad), 256 B; plus the eager
+    mask, 128 B."""
+    shape = model(LLAMA, num_hidden_layers=4)
+    spec = RunSpec(batch=1, seq=8, checkpointing="full", offload=True, attention="eager")
+    plain = checkpoints(shape, spec, layer_input=256, mask_itemsize=2)
+    leaf = checkpoints(shape, spec, layer_input=256, mask_itemsize=2, leaf_input=True)
+    assert (plain.kept_bytes, plain.host_bytes) == (128, 1024)
+    assert (leaf.kept_bytes, leaf.host_bytes) == (256 + 128, 1024)
+    assert checkpoints(shape, spec.with_(offload=False), layer_input=256, mask_itemsize=2).host_bytes == 0

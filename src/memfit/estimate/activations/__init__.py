@@ -65,6 +65,8 @@ class ActivationBytes:
     input_saved: int = 0  # bytes of a block's input that the block itself saves (a checkpoint aliases it)
     plain_blocks: int = 0  # every-k: blocks that are not checkpointed and keep all they save
     layers_extra: int = 0  # layers 1..L-1 of another kind than the typical block: their bytes less per_layer
+    offloaded: int = 0  # --offload: the checkpoints' copies in host memory (not device bytes)
+    leaf_input: int = 0  # --offload: block 0's input when it is a leaf the graph keeps on the device (else 0)
 
     @property
     def layers(self) -> int:
@@ -215,8 +217,14 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     shared = blocks.shared * (len(set(shape.layer_types)) if shape.layout.rope_per_layer_type else 1)
     head = head_and_loss(rp, blocks.last)
     layer_input = spec.batch * spec.seq * shape.hidden * blocks.first_out.itemsize
+    lay = shape.layout
+    # block 0's input is the embedding lookup itself (nothing applied after it) and a leaf: a frozen table,
+    # with enable_input_require_grads (adapters with checkpointing) making its output require grad
+    raw_lookup = not (shape.embed_proj_dim or lay.position == "learned" or lay.embed_scale or lay.scalar_multipliers
+                      or shape.embedding_dropout > 0.0)
+    leaf = spec.is_adapter and raw_lookup and not x.requires_grad
     ck = checkpoints(shape, spec, layer_input=layer_input, mask_itemsize=rp.float_itemsize,
-                     sliding_masks=any(sdpa_masked_layers(shape, spec)))
+                     sliding_masks=any(sdpa_masked_layers(shape, spec)), leaf_input=leaf)
     first, per = sum(blocks.first.values()), sum(blocks.per.values())
     return ActivationBytes(
         first_layer=first, per_layer=per, by_component=blocks.per, first_by_component=blocks.first,
@@ -224,7 +232,8 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         n_layers=shape.n_layers, segment=ck.segment, layer_input=layer_input, logits_bytes=head.logits_bytes,
         loss_workspace=head.loss_workspace, backward_first=max(first, blocks.backward_first),
         backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,
-        layers_extra=blocks.layers_extra,
+        layers_extra=blocks.layers_extra, offloaded=ck.host_bytes,
+        leaf_input=layer_input if (leaf and spec.offload and ck.segment) else 0,
     )
 
 
