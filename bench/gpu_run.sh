@@ -3,7 +3,9 @@
 #   1. the agreement matrix on CUDA: full-size catalogue models, two real training steps each
 #      (bench/agreement.py --cuda-measure), written to $OUT/agreement_cuda.json as each row finishes;
 #   2. every CUDA-marked test;
-#   3. bench/gpu_check.sh's measure sweep (checkpointing trade, max-batch bisection).
+#   3. bench/gpu_check.sh's measure sweep (checkpointing trade, max-batch bisection);
+#   4. the caching-allocator replay (memfit.estimate.allocator) against torch.cuda.max_memory_reserved, with
+#      torch's defaults and expandable_segments:True (bench/allocator_cuda.py -> $OUT/allocator_cuda.json).
 # Wheels of the exact transformers/peft versions the CPU side uses may be carried in .whl/.
 set -u
 cd "$(dirname "$0")/.."
@@ -22,3 +24,6 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -o addopts="" tests
   tests/trace tests/data/with_torch/test_collator.py 2>&1 | tail -40 | tee "$OUT/cuda_tests.log"
 echo "== 3. measure sweep"
 timeout 120 bash bench/gpu_check.sh 2>&1 | tail -40 | tee "$OUT/gpu_check.log"
+echo "== 4. caching-allocator replay vs torch.cuda.memory_reserved"
+timeout 420 python3 bench/allocator_cuda.py "$OUT/allocator_cuda.json" 2>&1 | grep -v -i warning | tail -20 \
+  | tee "$OUT/allocator_cuda.log"
