@@ -190,3 +190,18 @@ def test_breakdown_bytes(lesson) -> None:
     assert b["budget"] == BUDGET_24GIB
     assert b["steps/1-checkpointing/peak"] == b["final/peak"] == report.steps[0].peak_bytes
     assert b["initial/peak"] == report.initial_peak_bytes > b["final/peak"]
+
+
+def test_fit_names_expandable_segments_when_the_allocator_replay_saves_notably() -> None:
+    """GPT-2 full fine-tune, fp32, batch 8 x 1024 on CUDA (24 GiB: fits as it is). Its synthesised allocation
+    sequence replayed through the caching allocator reserves more with torch's defaults than with
+    expandable_segments:True, by >= 256 MiB and >= 2%: the report names PYTORCH_CUDA_ALLOC_CONF. On CPU nothing is
+    replayed."""
+    shape = resolve_model("gpt2")
+    spec = RunSpec(device="cuda", method="full", precision="fp32", attention="sdpa", batch=8, seq=1024)
+    report = fit(shape, spec, Target.resolve("24GiB"), search=False)
+    assert report.allocator is not None and report.allocator.notable
+    assert report.allocator.saving_bytes >= 256 * 1024**2
+    d = report.to_dict()["allocator"]
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in d["message"]
+    assert fit(shape, spec.with_(device="cpu"), Target.resolve("24GiB"), search=False).allocator is None

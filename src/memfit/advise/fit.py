@@ -21,9 +21,11 @@ from memfit.advise.remedies import MIN_RANK, Context
 from memfit.advise.result import CheapestFit, FitReport, RankReduction
 from memfit.advise.search import cheapest_fit
 from memfit.advise.setup import Setup
-from memfit.estimate import ModelShape, RunSpec, estimate_memory
+from memfit.estimate import MemoryEstimate, ModelShape, RunSpec, estimate_memory
+from memfit.estimate.allocator import AllocatorAdvice
 from memfit.estimate.fits import Target, smallest_gpu
 from memfit.estimate.lora import lora_trainable_params
+from memfit.estimate.synth_allocations import estimate_allocator
 
 
 def fit(shape: ModelShape, spec: RunSpec, target: Target, *, time_model: TimeModel | None = None,
@@ -69,7 +71,15 @@ def fit(shape: ModelShape, spec: RunSpec, target: Target, *, time_model: TimeMod
         time_model=time_model,
         data=data,
         seq_rule="fallback" if data is None else "data",
+        allocator=_allocator(shape, final.spec, estimate),
     )
+
+
+def _allocator(shape: ModelShape, spec: RunSpec, estimate: Estimator) -> AllocatorAdvice | None:
+    """The final plan's allocation sequence, synthesised from its estimate, replayed through the CUDA caching
+    allocator: names ``PYTORCH_CUDA_ALLOC_CONF`` settings when they lower the reserved peak notably."""
+    est = estimate(shape, spec)
+    return estimate_allocator(est) if isinstance(est, MemoryEstimate) else None
 
 
 def rank_reduction(cache: PeakCache, target: Target, spec: RunSpec) -> RankReduction | None:

@@ -13,8 +13,10 @@ from typing import Any, Literal
 from memfit.advise.costs import Cost, GivesUp, TimeModel
 from memfit.advise.profile import DataProfile
 from memfit.advise.setup import Setup
+from memfit.estimate.allocator import AllocatorAdvice
 from memfit.estimate.fits import FitVerdict, Headroom, Target, reserved_bytes
 from memfit.estimate.gpus import GpuSpec
+from memfit.estimate.synth_allocations import allocator_json
 
 SkipReason = Literal[
     "needs_data",  # the remedy needs --data and --tokenizer
@@ -142,6 +144,7 @@ class FitReport:
     time_model: TimeModel
     data: DataProfile | None
     seq_rule: SeqRule
+    allocator: AllocatorAdvice | None = None  # CUDA: the final plan's caching-allocator replay (synthesised)
 
     @property
     def gpu(self) -> GpuSpec:
@@ -232,4 +235,5 @@ class FitReport:
             "time_model": self.time_model.to_dict(),
             "data": self.data.to_dict() if self.data else None,
             "seq_rule": self.seq_rule,
+            "allocator": allocator_json(self.allocator),
         }

@@ -62,7 +62,7 @@ SMALL_BUFFER_BYTES = 2 * BYTES_PER_MIB  # kSmallBuffer: small requests are packe
 MIN_LARGE_ALLOC_BYTES = 10 * BYTES_PER_MIB  # kMinLargeAlloc: requests of 1-10 MiB get a 20 MiB segment
 LARGE_BUFFER_BYTES = 20 * BYTES_PER_MIB  # kLargeBuffer
 ROUND_LARGE_BYTES = 2 * BYTES_PER_MIB  # kRoundLarge: larger requests are rounded to 2 MiB
-NOTABLE_SAVING_FRACTION = 0.05  # a setting is worth naming when it lowers the reserved peak by >= 5% ...
+NOTABLE_SAVING_FRACTION = 0.02  # a setting is worth naming when it lowers the reserved peak by >= 2% ...
 NOTABLE_SAVING_BYTES = 256 * BYTES_PER_MIB  # ... and by >= 256 MiB (the old rule's fixed allowance)
 MAX_SPLIT_CANDIDATES_MB = (64, 128, 256, 512)  # max_split_size_mb values tried by :func:`advise`
 
@@ -362,7 +362,7 @@ class AllocatorAdvice:
 
     @property
     def notable(self) -> bool:
-        """The alternative lowers the reserved peak by >= 5% of it and >= 256 MiB."""
+        """The alternative lowers the reserved peak by >= 2% of it and >= 256 MiB."""
         s = self.saving_bytes
         return s >= NOTABLE_SAVING_BYTES and s >= NOTABLE_SAVING_FRACTION * self.default.reserved_peak_bytes
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from memfit.estimate import MemoryEstimate, explain_estimate, gpu_table
 from memfit.estimate.fits import FitVerdict, Target, verdict_fields
+from memfit.estimate.synth_allocations import allocator_json, estimate_allocator
 from memfit.units import BYTES_PER_GB, BYTES_PER_GIB
 
 
@@ -23,6 +24,7 @@ def estimate_json(est: MemoryEstimate, target: Target | None) -> dict[str, Any]:
         out[key] = value
         if key == "reserved_bytes":
             out.update(verdict_fields(target, est.peak_bytes, est.spec.device))
+    out["allocator"] = allocator_json(estimate_allocator(est))  # CUDA: the caching-allocator replay, else None
     return out
 
 

@@ -230,6 +230,10 @@ def fit_table(report: FitReport, width: int | None = None) -> Group:
     if report.skipped:
         lines.append(Text("Skipped: " + "; ".join(f"{s.action} ({skip_reason(s.action, s.reason, s.facts)})"
                                                   for s in report.skipped), style="dim"))
+    message = report.allocator.message() if report.allocator is not None else None
+    if message:
+        lines.append(Text(f"Allocator: {message}; replayed over an allocation sequence synthesised from the "
+                          "estimate (CUDA-unverified).", style="yellow"))
     reserved = ("reserved = the peak allocated (torch.cuda.max_memory_allocated) + 5% + 256 MiB of allocator "
                 "overhead + 512 MiB of CUDA context, what nvidia-smi shows; " if report.device == "cuda" else "")
     lines.append(Text(f"Time factors: checkpointing x{report.time_model.checkpoint_factor:.2f} "
