@@ -17,6 +17,11 @@ reports; ``reserved`` is what ``torch.cuda.memory_reserved`` + the context add u
 shows as used. The allocator and context figures are memfit's stated assumptions (the context is
 commonly 300-600 MiB, depending on the driver and GPU; neither has been measured on a GPU yet).
 
+``memfit trace --device cuda`` replaces the 5% + 256 MiB allocator allowance with a replay of the step's real
+allocation sequence through the caching allocator (:mod:`memfit.estimate.allocator`; ``FitVerdict.reserved``);
+``estimate`` keeps the allowance and reports a replay of a synthesised sequence beside it
+(:mod:`memfit.estimate.synth_allocations`).
+
 ``headroom`` (``--headroom``, default 5% of the GPU) is kept free on top of ``reserved`` for what the
 model does not know: the estimate's own error (max 2.85% over the 45-row agreement matrix of
 bench/RESULTS.md), the spread of the CUDA context around its assumed 512 MiB, and memory other processes

@@ -23,9 +23,11 @@ pinning only where an accelerator exists, and marks the packed storages as host 
 counts them, so ``measure`` and ``trace`` report the device and the host apart. In a CUDA trace (CPU fake
 tensors) unpack makes the device copy CUDA's ``.to("cuda")`` would make.
 
-Offloading without checkpointing (``save_on_cpu`` around the whole forward: every saved activation on the host)
-is not what transformers, TRL or torchtune's ``OffloadActivations`` run by default with a Trainer, and memfit
-keeps refusing ``--offload`` with ``--checkpointing none``.
+Offloading without checkpointing is not modelled: transformers' ``offload=True`` only exists with checkpointing,
+but TRL's ``activation_offloading=True`` and torchtune's ``enable_activation_offloading`` wrap the whole forward in
+their own saved-tensor hooks (``OffloadActivations``: every saved tensor above a size threshold goes to the host,
+with or without checkpointing). That is another rule (which tensors, streams, the last layer kept) and
+``--offload`` with ``--checkpointing none`` stays refused until it is modelled and measured.
 """
 
 from __future__ import annotations

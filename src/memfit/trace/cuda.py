@@ -54,9 +54,10 @@ is exact as traced. These are not, and are corrected here for ``--device cuda``:
    CUDA trace call ``native_dropout``. (The dropout inside CUDA's math sdpa fallback, a C++ call, is not
    redirected: it keeps the CPU noise.)
 
-Not modelled: cuBLAS workspaces, fragmentation of large blocks and the CUDA context (those belong to
-``reserved_bytes``; the estimate's stated assumptions are used for it), and which of flash and cuDNN
-attention a given GPU prefers (both save the output and a float32 log-sum-exp per row).
+Segments and fragmentation: ``trace_step`` replays the step's allocations through a model of the caching allocator
+(:mod:`memfit.estimate.allocator`, :mod:`memfit.runtime.allocations`) for ``reserved_bytes``. Not modelled: cuBLAS
+workspaces and the CUDA context (the stated 512 MiB is added), and which of flash and cuDNN attention a given GPU
+prefers (both save the output and a float32 log-sum-exp per row).
 """
 
 from __future__ import annotations
