@@ -110,6 +110,9 @@ def trace_command(
     line = verdict(result)
     if line:
         console.print(line)
+    if result.host_bytes:
+        console.print(f"host memory (--offload checkpoints, not in the peak): {result.host_bytes:,} B "
+                      f"({result.host_bytes / 1024**3:.3f} GiB)", highlight=False)
     if result.allocator is not None and result.allocator.get("message"):
         console.print(str(result.allocator["message"]), highlight=False)
     console.print(f"traced in {result.build_seconds + result.step_seconds:.1f} s "

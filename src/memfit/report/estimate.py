@@ -55,6 +55,9 @@ def estimate_table(est: MemoryEstimate) -> Table:
     if s.device == "cuda":
         t.add_row("reserved (+allocator, CUDA context)", f"{est.reserved_bytes:,}",
                   f"{est.reserved_bytes / BYTES_PER_GIB:.3f}", "")
+    if est.host_bytes:  # --offload: the checkpoints' copies, in host memory (not part of the peak above)
+        t.add_row("host memory (--offload checkpoints)", f"{est.host_bytes:,}",
+                  f"{est.host_bytes / BYTES_PER_GIB:.3f}", "")
     return t
 
 

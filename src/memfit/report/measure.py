@@ -68,6 +68,8 @@ def category_table(result: SweepResult) -> Table | None:
     keys = [k for k in Category if any(r.by_category.get(k) for r in runs)]
     for k in keys:
         t.add_row(k, *[_bytes(r.by_category.get(k, 0)) for r in runs])
+    if any(r.host_bytes for r in runs):  # --offload: peak of the host copies, not part of the device bytes above
+        t.add_row("host (--offload)", *[_bytes(r.host_bytes) for r in runs])
     return t
 
 
