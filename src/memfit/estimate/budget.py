@@ -23,6 +23,8 @@ backward, last block   W + O + A - loss - head - (that block) + G(head, last blo
                        stream's gradient (b*s*h)
 backward, first block  W + O + A(block 0's backward as above) + G(all blocks, head)
 optimizer              W + G + O + the optimizer's temporaries (see :func:`optimizer_temporaries`)
+evaluation             with ``eval_batch``: W + O + an eval step's logits and loss, and the logits the
+                       Trainer keeps for its metrics (:mod:`memfit.estimate.evaluation`)
 =====================  ===============================================================================
 
 With checkpointing, A(blocks) is the kept segment inputs (plus the (b, 1, s, s) attention mask that
@@ -53,6 +55,7 @@ from typing import Any
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
 from memfit.estimate.category import Category
 from memfit.estimate.constants import INT64_BYTES
+from memfit.estimate.evaluation import eval_moments, eval_summary
 from memfit.estimate.fits import (
     ALLOCATOR_OVERHEAD_BYTES,
     ALLOCATOR_OVERHEAD_FRACTION,
@@ -130,6 +133,7 @@ class MemoryEstimate:
             "sharding": None if self.sharded is None else self.sharded.to_dict(),
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
             "trainable_params": self.model_states.trainable_params,
+            "evaluation": eval_summary(self.spec, self.moments),
         }
 
 
@@ -215,6 +219,12 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
         out = [_accumulating(m, G) for m in out]
     out.append(Moment(phase="optimizer", label="optimizer: step",
                       parts={**base, GRADS: G, TEMPS: optimizer_temporaries(st, spec)}))
+    if spec.eval_batch is not None:  # the Trainer's evaluation, between optimizer steps (estimate/evaluation.py)
+        std = act if act.logits_bytes else estimate_activations(shape, spec.with_(loss="standard"))
+        out.extend(eval_moments(shape, spec, {W_FROZEN: st.weights_frozen, W_TRAIN: st.weights_trainable,
+                                              OPT: st.optimizer},
+                                logits_itemsize=std.logits_bytes // (T * shape.vocab),
+                                hidden_itemsize=4 if spec.method == "qlora" else spec.weight_bytes))
     return tuple(out)
 
 

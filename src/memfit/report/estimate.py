@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from memfit.estimate import MemoryEstimate, explain_estimate, gpu_table
+from memfit.estimate.evaluation import eval_summary
 from memfit.estimate.fits import FitVerdict, Target, verdict_fields
 from memfit.units import BYTES_PER_GB, BYTES_PER_GIB
 
@@ -32,6 +33,12 @@ def estimate_table(est: MemoryEstimate) -> Table:
     title = (f"{est.model}: {s.method}, {s.precision}, {s.optimizer}, batch {s.batch} x seq {s.seq}, "
              f"checkpointing {s.checkpointing}, {s.attention} on {s.device}")
     caption = f"peak at {est.peak_moment} (GiB = 1024^3 B)"
+    ev = eval_summary(s, est.moments)
+    if ev is not None:
+        kept = (f", logits of {ev['kept_steps']} eval steps kept on the GPU for compute_metrics"
+                if ev["gathers_logits"] else ", no logits kept (loss only)")
+        caption += (f"; training peaks at {ev['training_peak_bytes']:,} B, evaluation (eval batch {s.eval_batch}"
+                    f"{kept}) at {ev['eval_peak_bytes']:,} B")
     if est.sharded is not None:
         sh = est.sharded
         title += f", {sh.sharding} over {sh.gpus} GPUs: per GPU"
