@@ -45,12 +45,12 @@ CASES: list[tuple[str, str | None, dict[str, Any], dict[str, Any], dict[str, Any
      {"method": "lora", "rank": 32, "alpha": 16, "lora_dropout": 0.05, "targets": ("all-linear",),
       "precision": "bf16",
       "batch": 2, "seq": 2048, "grad_accum": 8, "checkpointing": "full", "attention": "sdpa",
-      # eval_strategy steps: the Trainer evaluates with per_device_eval_batch_size's default, 8
-      "eval_batch": 8},
+      # eval_strategy steps: the Trainer evaluates with per_device_eval_batch_size's default, 8; TRL's fused head
+      "eval_batch": 8, "loss": "trl"},
      {"packing": True, "optimizer_impl": "adamw_torch_fused"}, {}),
     ("trl_full_deepspeed.yaml", "meta-llama/Llama-3.1-8B",
      {"method": "full", "precision": "mixed-bf16", "batch": 1, "seq": 4096, "grad_accum": 16,
-      "checkpointing": "full"},
+      "checkpointing": "full", "loss": "trl"},
      {"sharding": "zero3", "offload_optimizer": "cpu", "offload_params": "cpu",
       "optimizer_impl": "adamw_torch_fused"}, {}),
     ("hf-trainer:training_args_fsdp.json", None,

@@ -51,12 +51,16 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "device": (str, typer.Option("--device", help="cuda | cpu")),
     "padding_mask": (bool, typer.Option("--padding-mask/--no-padding-mask",
                                         help="batches carry a padding attention mask")),
-    "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (fused linear cross-entropy)")),
+    "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (Liger's fused linear cross-entropy) "
+                               "| trl (TRL SFTTrainer's fused LM head, its default loss)")),
     "sharding": (str, typer.Option("--sharding", help="none | zero1 | zero2 | zero3: ZeRO stage the model states are "
                                    "sharded with over --gpus (FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3); "
                                    "figures are then per GPU")),
     "gpus": (int, typer.Option("--gpus", help="data-parallel GPUs (the world size); with --sharding the model "
                                "states are divided over them, and fit may shard")),
+    "loss_token_share": (float, typer.Option("--loss-token-share", help="share of positions whose label is not "
+                                             "-100 (completion-only / assistant-only loss); with --loss trl on CUDA "
+                                             "TRL scores only those")),
     "eval_batch": (int | None, typer.Option("--eval-batch", help="evaluation micro-batch (per_device_eval_batch_size): "
                                             "the peak then covers the evaluation steps too")),
     "eval_metrics": (bool, typer.Option("--eval-metrics/--no-eval-metrics", help="a compute_metrics is passed: "
@@ -87,6 +91,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
     "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "
                          "every-k; with any other --checkpointing it does nothing: add --checkpointing every-k "
                          "or drop it"),
+    "loss_token_share": (lambda s: s.loss == "trl", "--loss-token-share sizes TRL's fused LM head, which scores "
+                         "only the positions whose label is not -100; add --loss trl or drop it"),
     **{name: (lambda s: s.eval_batch is not None, f"--{name.replace('_', '-')} describes the evaluation; add "
               "--eval-batch N (per_device_eval_batch_size) to model it, or drop the flag")
        for name in ("eval_metrics", "prediction_loss_only", "eval_accumulation_steps", "eval_samples")},

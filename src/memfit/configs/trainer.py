@@ -235,6 +235,18 @@ def loss_setting(r: Reader, field: str = "use_liger_kernel", config_field: str |
                                            "are NOT MODELLED (memfit keeps the eager ops' activations)")
 
 
+def trl_loss_setting(r: Reader) -> None:
+    """TRL 1.16's SFTTrainer computes its loss through its fused LM head whatever ``loss_type`` says ("nll", its
+    default, "dft", or the deprecated alias "chunked_nll"), and with ``use_liger_kernel`` it turns Liger's fused
+    linear cross-entropy off (``liger_kernel_config["fused_linear_cross_entropy"] = False``, sft_trainer.py): memfit's
+    ``loss trl`` (memfit.estimate.trl_loss)."""
+    fields = [f for f in ("loss_type", "use_liger_kernel", "liger_kernel_config") if r.has(f)] or ["loss_type"]
+    note = "SFTTrainer's fused LM head (no (b, s, V) logits)"
+    if r.get("use_liger_kernel"):
+        note += "; use_liger_kernel: TRL turns Liger's fused cross-entropy off, its other kernels are NOT MODELLED"
+    r.set("loss", "trl", *fields, note=note)
+
+
 NOT_MODELLED_TRAINER: dict[str, str] = {
     "torch_compile": "torch.compile changes which activations are saved (fused kernels); memfit models eager",
     "torch_compile_backend": "implies torch_compile",
@@ -289,6 +301,9 @@ def trainer_common(r: Reader) -> None:
         r.not_modelled(name, why)
     for name, why in IGNORED_TRAINER.items():
         r.ignore(name, why)
-    loss_setting(r)
+    if r.kind == "trl":
+        trl_loss_setting(r)
+    else:
+        loss_setting(r)
     fsdp_settings(r)
     r.reference("deepspeed", "deepspeed")

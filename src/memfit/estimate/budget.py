@@ -67,6 +67,13 @@ from memfit.estimate.shape import ModelShape
 from memfit.estimate.sharding import ShardedPeak, shard_moments
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
+from memfit.estimate.trl_loss import (
+    TRL_TOKEN_CHUNK,
+    TRL_VOCAB_CHUNK,
+    trl_forward_bytes,
+    trl_loss_bytes,
+    trl_scored_tokens,
+)
 
 __all__ = ["ALLOCATOR_OVERHEAD_BYTES", "ALLOCATOR_OVERHEAD_FRACTION", "CUDA_CONTEXT_BYTES", "MemoryEstimate",
            "budget_of", "estimate_memory", "reserved_bytes", "step_moments"]
@@ -219,6 +226,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
         out = [_accumulating(m, G) for m in out]
     out.append(Moment(phase="optimizer", label="optimizer: step",
                       parts={**base, GRADS: G, TEMPS: optimizer_temporaries(st, spec)}))
+    if spec.loss == "trl":
+        out = _trl_head(out, shape, spec, st)
     if spec.eval_batch is not None:  # the Trainer's evaluation, between optimizer steps (estimate/evaluation.py)
         std = act if act.logits_bytes else estimate_activations(shape, spec.with_(loss="standard"))
         out.extend(eval_moments(shape, spec, {W_FROZEN: st.weights_frozen, W_TRAIN: st.weights_trainable,
@@ -226,6 +235,20 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
                                 logits_itemsize=std.logits_bytes // (T * shape.vocab),
                                 hidden_itemsize=4 if spec.method == "qlora" else spec.weight_bytes))
     return tuple(out)
+
+
+def _trl_head(moments: list[Moment], shape: ModelShape, spec: RunSpec, st: ModelStates) -> list[Moment]:
+    """TRL's fused LM head at the loss (:mod:`memfit.estimate.trl_loss`): after the forward it keeps the scored
+    positions' hidden states, targets, log_z and entropy, and its mm buffer (min(N, 4096) x 32768 in the compute
+    dtype) is alive inside it; the backward at the loss holds :func:`trl_loss_bytes`. The lm_head's own backward runs
+    inside that one (its moment carries no logits)."""
+    n = trl_scored_tokens(spec)
+    logits = {"forward: loss": trl_forward_bytes(spec, shape) + min(n, TRL_TOKEN_CHUNK) * TRL_VOCAB_CHUNK
+              * spec.compute_bytes,
+              "backward: loss": trl_loss_bytes(spec, shape, head_trained=st.grads_head > 0),
+              "backward: lm_head": 0}
+    return [Moment(phase=m.phase, label=m.label, parts={**m.parts, LOGITS: logits[m.label]})
+            if m.label in logits else m for m in moments]
 
 
 def _accumulating(moment: Moment, grads: int) -> Moment:

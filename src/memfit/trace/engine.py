@@ -87,8 +87,8 @@ def check_trace_spec(spec: RunSpec) -> None:
     if spec.checkpointing == "sqrt":
         raise MemfitError("trace runs transformers' per-layer checkpointing: use --checkpointing full or "
                           "every-k (`memfit estimate` models sqrt segments)")
-    if spec.loss != "standard":
-        raise MemfitError("trace runs transformers' standard loss only; drop --loss chunked "
+    if spec.loss == "chunked":
+        raise MemfitError("trace runs transformers' standard loss or TRL's (--loss trl); drop --loss chunked "
                           "(`memfit estimate` models the chunked loss)")
     if spec.offload:
         raise MemfitError("trace does not model --offload (checkpoints in host memory); "
