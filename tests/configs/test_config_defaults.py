@@ -23,10 +23,11 @@ def test_trl_defaults(tmp_path: Path) -> None:
     """TRL 1.16.0: gradient_checkpointing True (trl/trainer/base_config.py:62), bf16 = not fp16 (:68, :106),
     the model loaded in float32 (model_config.py:89, utils.py:1332) -> fp32 weights under bf16 autocast =
     mixed-bf16; max_length 1024 (sft_config.py:202); use_peft False (model_config.py:103) -> full; the Trainer's
-    per_device_train_batch_size 8 and optim adamw_torch_fused (transformers training_args.py:777, :806-813)."""
+    per_device_train_batch_size 8 and optim adamw_torch_fused (transformers training_args.py:777, :806-813);
+    loss_type "nll" (sft_config.py:283): SFTTrainer's fused LM head (sft_trainer.py:1144), memfit's loss trl."""
     spec = _spec(tmp_path, "sft.yaml", "model_name_or_path: meta-llama/Llama-3.1-8B\ndataset_name: trl-lib/Capybara\n")
     assert spec == RunSpec(method="full", precision="mixed-bf16", checkpointing="full", seq=1024, batch=8,
-                           optimizer="adamw")
+                           optimizer="adamw", loss="trl")
     q = _spec(tmp_path, "q.yaml", "model_name_or_path: x/y\nuse_peft: true\nload_in_4bit: true\n")
     # lora_r 16, lora_alpha 32, lora_dropout 0.05 (model_config.py:107-117), use_bnb_nested_quant False (:164)
     assert (q.method, q.rank, q.alpha, q.lora_dropout, q.double_quant) == ("qlora", 16, 32, 0.05, False)

@@ -38,7 +38,8 @@ PLANS = [
     ("axolotl_lora_fsdp.yml", "axolotl", {}, {"batch": 1, "grad_accum": 8, "checkpointing": "full", "loss": "chunked",
                                                   "method": "qlora", "rank": 8, "seq": 1024}),
     ("axolotl_qlora.yml", "axolotl", {}, {"batch": 1, "grad_accum": 8, "attention": "sdpa", "checkpointing": "none"}),
-    ("trl_lora.yaml", "trl", {}, {"batch": 1, "grad_accum": 16, "loss": "chunked", "method": "qlora", "seq": 1024,
+    # TRL's loss is its own fused head already (loss trl): a plan never switches it to Liger's
+    ("trl_lora.yaml", "trl", {}, {"batch": 1, "grad_accum": 16, "method": "qlora", "seq": 1024,
                                       "checkpointing": "every-k", "checkpoint_every": 4}),
     ("llamafactory_lora_sft.yaml", "llamafactory", {}, {"batch": 1, "seq": 1024, "rank": 4, "method": "qlora",
                                                             "loss": "chunked", "attention": "eager"}),

@@ -368,7 +368,9 @@ def test_plan_changes_in_sft_configs_fields() -> None:
     assert framework_fields(sft, "checkpointing", "none", "full", {}) == "activation_checkpointing=True"
     assert framework_fields(sft, "seq", 2048, 1024, {}) == "max_length=1024"
     assert framework_fields(sft, "packing", False, True, {}) == "packing=True"
-    assert framework_fields(sft, "loss", "standard", "chunked", {}) == "use_liger_kernel=True"
+    # TRL 1.16's SFTTrainer keeps its own fused LM head under use_liger_kernel (Liger's cross-entropy turned off,
+    # sft_trainer.py): no SFTConfig field switches to Liger's loss
+    assert framework_fields(sft, "loss", "standard", "chunked", {}) == "loss standard -> chunked (memfit's setting)"
     assert framework_fields(sft, "rank", 64, 8, {}) == "LoraConfig(r=8)"
 
 

@@ -182,8 +182,9 @@ def _micro_batch_effect(before: Setup, after: Setup, ctx: Context) -> Effect:
 
 
 def _chunked_loss(cur: Setup, ctx: Context) -> Options:
-    if cur.spec.loss == "chunked":
-        return NotApplicable(reason="already", facts={"value": "chunked"})
+    if cur.spec.loss in ("chunked", "trl"):  # trl: TRL's own fused head, no (b, s, V) logits either
+        return NotApplicable(reason="already", facts={"value": "chunked" if cur.spec.loss == "chunked" else
+                                                      "TRL's fused LM head"})
     return (cur.with_(loss="chunked"),)
 
 

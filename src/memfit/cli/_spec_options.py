@@ -51,12 +51,26 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "device": (str, typer.Option("--device", help="cuda | cpu")),
     "padding_mask": (bool, typer.Option("--padding-mask/--no-padding-mask",
                                         help="batches carry a padding attention mask")),
-    "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (fused linear cross-entropy)")),
+    "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (Liger's fused linear cross-entropy) "
+                               "| trl (TRL SFTTrainer's fused LM head, its default loss)")),
     "sharding": (str, typer.Option("--sharding", help="none | zero1 | zero2 | zero3: ZeRO stage the model states are "
                                    "sharded with over --gpus (FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3); "
                                    "figures are then per GPU")),
     "gpus": (int, typer.Option("--gpus", help="data-parallel GPUs (the world size); with --sharding the model "
                                "states are divided over them, and fit may shard")),
+    "loss_token_share": (float, typer.Option("--loss-token-share", help="share of positions whose label is not "
+                                             "-100 (completion-only / assistant-only loss); with --loss trl on CUDA "
+                                             "TRL scores only those")),
+    "eval_batch": (int | None, typer.Option("--eval-batch", help="evaluation micro-batch (per_device_eval_batch_size): "
+                                            "the peak then covers the evaluation steps too")),
+    "eval_metrics": (bool, typer.Option("--eval-metrics/--no-eval-metrics", help="a compute_metrics is passed: "
+                                        "the Trainer keeps every eval step's logits on the GPU")),
+    "prediction_loss_only": (bool, typer.Option("--prediction-loss-only/--no-prediction-loss-only",
+                                                help="TrainingArguments.prediction_loss_only: no logits kept")),
+    "eval_accumulation_steps": (int | None, typer.Option("--eval-accumulation-steps", help="kept logits move to "
+                                                         "the CPU every N eval steps (default: at the end)")),
+    "eval_samples": (int | None, typer.Option("--eval-samples", help="examples in the eval set (for --eval-metrics "
+                                              "without --eval-accumulation-steps)")),
 }
 
 # Flags that act only in some runs: given explicitly anywhere else, they would be silently ignored, so the
@@ -77,6 +91,11 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
     "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "
                          "every-k; with any other --checkpointing it does nothing: add --checkpointing every-k "
                          "or drop it"),
+    "loss_token_share": (lambda s: s.loss == "trl", "--loss-token-share sizes TRL's fused LM head, which scores "
+                         "only the positions whose label is not -100; add --loss trl or drop it"),
+    **{name: (lambda s: s.eval_batch is not None, f"--{name.replace('_', '-')} describes the evaluation; add "
+              "--eval-batch N (per_device_eval_batch_size) to model it, or drop the flag")
+       for name in ("eval_metrics", "prediction_loss_only", "eval_accumulation_steps", "eval_samples")},
 }
 # which spec field decides whether each flag above acts (a command that declares that field itself, such
 # as measure's --checkpointing both, checks the flag on its own)
@@ -92,6 +111,9 @@ RUN_LIMITS: dict[str, tuple[int, str]] = {
     "rank": (65_536, "LoRA ranks of real runs stay at or below 1,024"),
     "alpha": (1_048_576, "LoRA alphas of real runs are a small multiple of the rank"),
     "checkpoint_every": (1_024, "a model has at most 1,024 layers (memfit's config limit)"),
+    "eval_batch": (1_048_576, "as --batch"),
+    "eval_accumulation_steps": (1_048_576, "as --grad-accum"),
+    "eval_samples": (1 << 40, "no eval set has a trillion examples"),
 }
 
 _DEFAULTS = RunSpec()

@@ -87,7 +87,13 @@ def read_axolotl(doc: Document) -> FileReading:
     r.set("grad_accum", r.get("gradient_accumulation_steps"), "gradient_accumulation_steps")
     r.ignore("batch_size", "the global batch: no effect on one GPU's peak")
     if r.has("eval_batch_size"):
-        r.set("eval_batch", r.get("eval_batch_size"), "eval_batch_size")
+        if (r.get("val_set_size") or r.get("test_datasets")) and str(r.get("eval_strategy") or "") != "no":
+            r.set("eval_batch", r.get("eval_batch_size"), "eval_batch_size",
+                  note="evaluated on val_set_size / test_datasets between training steps")
+        else:
+            r.ignore("eval_batch_size", "no evaluation: val_set_size 0 and no test_datasets (or eval_strategy no)")
+    if r.has("eval_accumulation_steps") and r.get("eval_accumulation_steps"):
+        r.set("eval_accumulation_steps", r.get("eval_accumulation_steps"), "eval_accumulation_steps")
     r.set("seq", r.get("sequence_len"), "sequence_len")
     if r.get("sample_packing"):
         r.set("packing", True, "sample_packing",

@@ -6,7 +6,7 @@ field (default)                                    memfit setting
 =================================================  ============================================================
 ``per_device_train_batch_size`` (8)                ``batch``
 ``gradient_accumulation_steps`` (1)                ``grad_accum``
-``per_device_eval_batch_size`` (8)                 ``eval_batch`` (when written)
+``per_device_eval_batch_size`` (8)                 ``eval_batch`` (when ``eval_strategy`` is not "no")
 ``optim`` (``adamw_torch_fused`` on torch >= 2.8)  ``optimizer`` (adamw, adamw-8bit, sgd, adafactor) and
                                                    ``optimizer_impl`` (the name itself)
 ``bf16`` / ``fp16`` (False)                        ``autocast`` (mixed precision over the loaded weights)
@@ -235,6 +235,18 @@ def loss_setting(r: Reader, field: str = "use_liger_kernel", config_field: str |
                                            "are NOT MODELLED (memfit keeps the eager ops' activations)")
 
 
+def trl_loss_setting(r: Reader) -> None:
+    """TRL 1.16's SFTTrainer computes its loss through its fused LM head whatever ``loss_type`` says ("nll", its
+    default, "dft", or the deprecated alias "chunked_nll"), and with ``use_liger_kernel`` it turns Liger's fused
+    linear cross-entropy off (``liger_kernel_config["fused_linear_cross_entropy"] = False``, sft_trainer.py): memfit's
+    ``loss trl`` (memfit.estimate.trl_loss)."""
+    fields = [f for f in ("loss_type", "use_liger_kernel", "liger_kernel_config") if r.has(f)] or ["loss_type"]
+    note = "SFTTrainer's fused LM head (no (b, s, V) logits)"
+    if r.get("use_liger_kernel"):
+        note += "; use_liger_kernel: TRL turns Liger's fused cross-entropy off, its other kernels are NOT MODELLED"
+    r.set("loss", "trl", *fields, note=note)
+
+
 NOT_MODELLED_TRAINER: dict[str, str] = {
     "torch_compile": "torch.compile changes which activations are saved (fused kernels); memfit models eager",
     "torch_compile_backend": "implies torch_compile",
@@ -252,23 +264,46 @@ IGNORED_TRAINER: dict[str, str] = {
     "torch_empty_cache_steps": "empties the allocator cache between steps: lowers reserved memory, not the peak",
     "bf16_full_eval": "evaluation only",
     "fp16_full_eval": "evaluation only",
-    "eval_accumulation_steps": "evaluation only",
     "group_by_length": "batches of similar lengths: less padding, the same longest batch",
 }
+
+
+def _evaluates(r: Reader) -> bool:
+    """The Trainer evaluates during training: ``eval_strategy`` (transformers 5.24 default ``"no"``) is not "no"."""
+    value = r.get("eval_strategy")
+    return str(getattr(value, "value", value) or "no") != "no"
+
+
+def eval_settings(r: Reader) -> None:
+    """The evaluation the Trainer runs between training steps (:mod:`memfit.estimate.evaluation`), when
+    ``eval_strategy`` is not "no": ``per_device_eval_batch_size`` (default 8), ``prediction_loss_only`` and
+    ``eval_accumulation_steps``. A ``compute_metrics`` (the logits kept) is code, not a field: ``--eval-metrics``."""
+    fields = ("per_device_eval_batch_size", "prediction_loss_only", "eval_accumulation_steps")
+    if not _evaluates(r):
+        for name in fields:
+            r.ignore(name, "eval_strategy is no: the Trainer does not evaluate during training")
+        return
+    r.set("eval_batch", r.get("per_device_eval_batch_size"), "per_device_eval_batch_size", "eval_strategy")
+    if r.has("prediction_loss_only"):
+        r.set("prediction_loss_only", bool(r.get("prediction_loss_only")), "prediction_loss_only")
+    if r.get("eval_accumulation_steps"):
+        r.set("eval_accumulation_steps", r.get("eval_accumulation_steps"), "eval_accumulation_steps")
 
 
 def trainer_common(r: Reader) -> None:
     """The TrainingArguments fields every Trainer-based framework shares (module docstring)."""
     r.set("batch", r.get("per_device_train_batch_size"), "per_device_train_batch_size")
     r.set("grad_accum", r.get("gradient_accumulation_steps"), "gradient_accumulation_steps")
-    if r.has("per_device_eval_batch_size"):
-        r.set("eval_batch", r.get("per_device_eval_batch_size"), "per_device_eval_batch_size")
+    eval_settings(r)
     if r.get("use_cpu"):
         r.set("device", "cpu", "use_cpu")
     for name, why in NOT_MODELLED_TRAINER.items():
         r.not_modelled(name, why)
     for name, why in IGNORED_TRAINER.items():
         r.ignore(name, why)
-    loss_setting(r)
+    if r.kind == "trl":
+        trl_loss_setting(r)
+    else:
+        loss_setting(r)
     fsdp_settings(r)
     r.reference("deepspeed", "deepspeed")

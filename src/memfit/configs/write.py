@@ -131,6 +131,9 @@ def _trainer(doc: Document, name: str, new: Any, after: Mapping[str, Any], impor
         field = "activation_checkpointing" if _has(doc, "activation_checkpointing") else "gradient_checkpointing"
         return [((f"{field}_kwargs",), {"every_n_layers": new})]
     if name == "loss" and new == "chunked":
+        if trl:  # sft_trainer.py: use_liger_kernel keeps TRL's own fused head, Liger's cross-entropy off
+            raise NotWritable("TRL 1.16's SFTTrainer computes its loss with its own fused LM head already (memfit's "
+                              "loss trl); use_liger_kernel does not switch to Liger's")
         return [(("use_liger_kernel",), True)]
     if trl and name == "method" and new in ("lora", "qlora"):
         out: Writes = [(("use_peft",), True)]

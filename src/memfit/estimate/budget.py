@@ -23,6 +23,8 @@ backward, last block   W + O + A - loss - head - (that block) + G(head, last blo
                        stream's gradient (b*s*h)
 backward, first block  W + O + A(block 0's backward as above) + G(all blocks, head)
 optimizer              W + G + O + the optimizer's temporaries (see :func:`optimizer_temporaries`)
+evaluation             with ``eval_batch``: W + O + an eval step's logits and loss, and the logits the
+                       Trainer keeps for its metrics (:mod:`memfit.estimate.evaluation`)
 =====================  ===============================================================================
 
 With checkpointing, A(blocks) is the kept segment inputs (plus the (b, 1, s, s) attention mask that
@@ -53,6 +55,7 @@ from typing import Any
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
 from memfit.estimate.category import Category
 from memfit.estimate.constants import INT64_BYTES
+from memfit.estimate.evaluation import eval_moments, eval_summary
 from memfit.estimate.fits import (
     ALLOCATOR_OVERHEAD_BYTES,
     ALLOCATOR_OVERHEAD_FRACTION,
@@ -64,6 +67,13 @@ from memfit.estimate.shape import ModelShape
 from memfit.estimate.sharding import ShardedPeak, shard_moments
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
+from memfit.estimate.trl_loss import (
+    TRL_TOKEN_CHUNK,
+    TRL_VOCAB_CHUNK,
+    trl_forward_bytes,
+    trl_loss_bytes,
+    trl_scored_tokens,
+)
 
 __all__ = ["ALLOCATOR_OVERHEAD_BYTES", "ALLOCATOR_OVERHEAD_FRACTION", "CUDA_CONTEXT_BYTES", "MemoryEstimate",
            "budget_of", "estimate_memory", "reserved_bytes", "step_moments"]
@@ -134,6 +144,7 @@ class MemoryEstimate:
             "sharding": None if self.sharded is None else self.sharded.to_dict(),
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
             "trainable_params": self.model_states.trainable_params,
+            "evaluation": eval_summary(self.spec, self.moments),
         }
 
 
@@ -224,7 +235,29 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
         out = [_accumulating(m, G) for m in out]
     out.append(Moment(phase="optimizer", label="optimizer: step",
                       parts={**base, GRADS: G, TEMPS: optimizer_temporaries(st, spec)}))
+    if spec.loss == "trl":
+        out = _trl_head(out, shape, spec, st)
+    if spec.eval_batch is not None:  # the Trainer's evaluation, between optimizer steps (estimate/evaluation.py)
+        std = act if act.logits_bytes else estimate_activations(shape, spec.with_(loss="standard"))
+        out.extend(eval_moments(shape, spec, {W_FROZEN: st.weights_frozen, W_TRAIN: st.weights_trainable,
+                                              OPT: st.optimizer},
+                                logits_itemsize=std.logits_bytes // (T * shape.vocab),
+                                hidden_itemsize=4 if spec.method == "qlora" else spec.weight_bytes))
     return tuple(out)
+
+
+def _trl_head(moments: list[Moment], shape: ModelShape, spec: RunSpec, st: ModelStates) -> list[Moment]:
+    """TRL's fused LM head at the loss (:mod:`memfit.estimate.trl_loss`): after the forward it keeps the scored
+    positions' hidden states, targets, log_z and entropy, and its mm buffer (min(N, 4096) x 32768 in the compute
+    dtype) is alive inside it; the backward at the loss holds :func:`trl_loss_bytes`. The lm_head's own backward runs
+    inside that one (its moment carries no logits)."""
+    n = trl_scored_tokens(spec)
+    logits = {"forward: loss": trl_forward_bytes(spec, shape) + min(n, TRL_TOKEN_CHUNK) * TRL_VOCAB_CHUNK
+              * spec.compute_bytes,
+              "backward: loss": trl_loss_bytes(spec, shape, head_trained=st.grads_head > 0),
+              "backward: lm_head": 0}
+    return [Moment(phase=m.phase, label=m.label, parts={**m.parts, LOGITS: logits[m.label]})
+            if m.label in logits else m for m in moments]
 
 
 def _accumulating(moment: Moment, grads: int) -> Moment:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from memfit.estimate.budget import MemoryEstimate
 from memfit.estimate.params import count_params
+from memfit.estimate.trl_loss import trl_loss_bytes, trl_scored_tokens
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,7 +61,12 @@ def explain_estimate(est: MemoryEstimate) -> tuple[Explanation, ...]:
     else:
         out.append(Explanation(component="activations/layers", formula="first block + (L - 1) x block",
                                numbers=f"{act.first_layer:,} + {L - 1} x {act.per_layer:,}", bytes=act.layers))
-    if spec.loss == "chunked":
+    if spec.loss == "trl":
+        out.append(Explanation(component="logits", formula="TRL's fused LM head: N scored positions (labels != -100 "
+                               "on CUDA) in tiles of min(N, 4096) x 32768, no (b, s, V) logits",
+                               numbers=f"N = {trl_scored_tokens(spec):,}",
+                               bytes=trl_loss_bytes(spec, est.shape, head_trained=est.model_states.grads_head > 0)))
+    elif spec.loss == "chunked":
         out.append(Explanation(component="logits", formula="C x V x 4 per chunk of C rows (fused linear "
                                "cross-entropy; d(hidden) b x s x h kept instead)",
                                numbers=f"{act.loss_workspace // (4 * V):,} x {V:,} x 4", bytes=act.loss_workspace))

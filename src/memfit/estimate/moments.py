@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 
 from memfit.estimate.category import Category
 
-Phase = Literal["forward", "backward", "optimizer"]
+Phase = Literal["forward", "backward", "optimizer", "evaluation"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 
 STEP_CATEGORIES: tuple[Category, ...] = tuple(c for c in Category if c is not Category.UNTRACKED)

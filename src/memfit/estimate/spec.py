@@ -34,7 +34,7 @@ Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
 Checkpointing = Literal["none", "full", "every-k", "sqrt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Device = Literal["cuda", "cpu"]
-Loss = Literal["standard", "chunked"]
+Loss = Literal["standard", "chunked", "trl"]  # trl: TRL SFTTrainer's fused LM head (estimate/trl_loss.py)
 Sharding = Literal["none", "zero1", "zero2", "zero3"]  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
 
 ALL_LINEAR = "all-linear"
@@ -73,6 +73,13 @@ class RunSpec:
     loss: Loss = "standard"
     sharding: Sharding = "none"
     gpus: int = 1
+    # evaluation (transformers 5.24 Trainer.evaluation_loop; :mod:`memfit.estimate.evaluation`): None = not modelled
+    eval_batch: int | None = None  # per_device_eval_batch_size
+    eval_metrics: bool = False  # a compute_metrics is passed: Trainer.evaluate gathers the logits (unless below)
+    prediction_loss_only: bool = False  # TrainingArguments.prediction_loss_only: never gather the logits
+    eval_accumulation_steps: int | None = None  # gathered logits leave the GPU every N eval steps (None: at the end)
+    eval_samples: int | None = None  # examples in the eval set (how many steps' logits pile up without the above)
+    loss_token_share: float = 1.0  # share of the b*(s-1) positions whose label is not -100 (completion-only loss)
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -87,6 +94,17 @@ class RunSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        for name in ("eval_batch", "eval_accumulation_steps", "eval_samples"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.gathers_eval_logits and self.eval_accumulation_steps is None and self.eval_samples is None:
+            raise MemfitError("--eval-metrics gathers every evaluation step's logits on the GPU until the eval set "
+                              "ends (eval_accumulation_steps None): add --eval-samples N (the eval set's size), or "
+                              "--eval-accumulation-steps K, or --prediction-loss-only")
+        if not 0.0 < self.loss_token_share <= 1.0:
+            raise MemfitError(f"--loss-token-share must be in (0, 1] (the share of positions whose label is not "
+                              f"-100), got {self.loss_token_share}")
         if not 0.0 <= self.lora_dropout < 1.0:
             raise MemfitError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
         if self.sharding != "none" and self.gpus == 1:
@@ -114,6 +132,12 @@ class RunSpec:
     @property
     def is_adapter(self) -> bool:
         return self.method in ("lora", "qlora")
+
+    @property
+    def gathers_eval_logits(self) -> bool:
+        """Trainer.evaluate keeps each eval step's logits: only with a compute_metrics (evaluate passes
+        ``prediction_loss_only=True`` without one) and ``prediction_loss_only`` False (transformers 5.24)."""
+        return self.eval_batch is not None and self.eval_metrics and not self.prediction_loss_only
 
     @property
     def is_mixed(self) -> bool:

@@ -69,6 +69,7 @@ def live_spec(args: Any, model: Any, **overrides: Any) -> RunSpec:
         extra["method"] = "full"  # no adapter applied: every weight trains (RunSpec's default is lora)
     if uses_trl_head(args):
         extra["loss"] = "chunked"
+    extra["eval_batch"] = None  # the callback predicts and measures training steps; the evaluation is apart
     if not _asked_checkpointing(args) and _model_checkpointing(model):
         extra["checkpointing"] = "full"  # the user enabled it on the model, outside the Trainer
     extra.update(overrides)

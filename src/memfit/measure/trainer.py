@@ -163,9 +163,8 @@ def measure_point_trainer(config: dict[str, Any], spec: RunSpec, *, trainer: str
 
 
 def trl_estimate(config: dict[str, Any], spec: RunSpec, device: str) -> int:
-    """The estimate of TRL's step for ``spec``: ``loss="chunked"`` with TRL's fused head at the loss."""
+    """The estimate of TRL's step for ``spec``: ``loss="trl"``, TRL's fused head (memfit.estimate.trl_loss)."""
     from memfit.estimate import ModelShape, estimate_memory
-    from memfit.estimate.trainer import trainer_peak
 
-    run = spec.with_(loss="chunked", device="cuda" if device == "cuda" else "cpu")
-    return trainer_peak(estimate_memory(ModelShape.from_hf_config(config), run), trl_head=True).peak_bytes
+    run = spec.with_(loss="trl", device="cuda" if device == "cuda" else "cpu")
+    return estimate_memory(ModelShape.from_hf_config(config), run).peak_bytes

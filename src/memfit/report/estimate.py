@@ -7,8 +7,10 @@ from typing import Any
 from rich.table import Table
 
 from memfit.estimate import MemoryEstimate, explain_estimate, gpu_table
+from memfit.estimate.evaluation import eval_summary
 from memfit.estimate.fits import FitVerdict, Target, verdict_fields
 from memfit.estimate.synth_allocations import allocator_json, estimate_allocator
+from memfit.estimate.trl_loss import trl_scored_tokens
 from memfit.units import BYTES_PER_GB, BYTES_PER_GIB
 
 
@@ -34,6 +36,12 @@ def estimate_table(est: MemoryEstimate) -> Table:
     title = (f"{est.model}: {s.method}, {s.precision}, {s.optimizer}, batch {s.batch} x seq {s.seq}, "
              f"checkpointing {s.checkpointing}, {s.attention} on {s.device}")
     caption = f"peak at {est.peak_moment} (GiB = 1024^3 B)"
+    ev = eval_summary(s, est.moments)
+    if ev is not None:
+        kept = (f", logits of {ev['kept_steps']} eval steps kept on the GPU for compute_metrics"
+                if ev["gathers_logits"] else ", no logits kept (loss only)")
+        caption += (f"; training peaks at {ev['training_peak_bytes']:,} B, evaluation (eval batch {s.eval_batch}"
+                    f"{kept}) at {ev['eval_peak_bytes']:,} B")
     if est.sharded is not None:
         sh = est.sharded
         title += f", {sh.sharding} over {sh.gpus} GPUs: per GPU"
@@ -107,7 +115,14 @@ def rule_of_thumb_line(est: MemoryEstimate) -> str:
     notes = [f"memfit's block keeps {per:.1f} B per token x hidden (the rule says 20): {top}"]
     if a.segment:
         notes.append(f"checkpointing keeps {a.checkpoints:,} B of block inputs instead")
-    notes.append(f"the loss keeps fp32 log-probabilities b*s*V*4 = {a.loss_workspace:,} B")
+    if s.loss == "standard":
+        notes.append(f"the loss keeps fp32 log-probabilities b*s*V*4 = {a.loss_workspace:,} B")
+    elif s.loss == "chunked":
+        notes.append(f"Liger's fused loss holds one fp32 chunk of C*V*4 = {a.loss_workspace:,} B (liger-kernel "
+                     "0.8.5 ops/fused_linear_cross_entropy.py; Triton, not run on CPU here: modelled)")
+    else:
+        notes.append(f"TRL's fused LM head scores {trl_scored_tokens(s):,} positions"
+                     + (" (labels != -100 only, on CUDA)" if s.device == "cuda" else " (every one off CUDA)"))
     return (f"rule of thumb L*b*s*h*20 = {rot:,} B ({rot / BYTES_PER_GB:.2f} GB, {_gib(rot)}); memfit's saved "
             f"activations = {act:,} B ({_gib(act)}), x{act / rot:.2f}. " + "; ".join(notes))
 

@@ -122,9 +122,9 @@ def check_spec(spec: RunSpec, device: str) -> None:
     if spec.attention == "flash" and importlib.util.find_spec("flash_attn") is None:
         raise MemfitError("--attention flash needs the flash-attn package (pip install flash-attn); "
                           "or use --attention sdpa")
-    if spec.loss != "standard":
-        raise MemfitError("measure runs transformers' standard loss only; drop --loss chunked "
-                          "(or compare it with `memfit estimate`)")
+    if spec.loss == "chunked":
+        raise MemfitError("measure runs transformers' standard loss only, or TRL's (--loss trl); drop --loss chunked "
+                          "(Liger's kernels are Triton: compare it with `memfit estimate`)")
 
 
 def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> torch.nn.Module:
@@ -170,8 +170,26 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
         model = _apply_lora(model, spec)
     else:
         model.requires_grad_(True)
+    if spec.loss == "trl":
+        _apply_trl_head(model)
     model.train()
     return model
+
+
+def _apply_trl_head(model: torch.nn.Module) -> None:
+    """``--loss trl``: TRL 1.16's fused LM head as ``SFTTrainer.__init__`` adds it (``add_fused_lm_head`` on the PEFT
+    model's base model, SFTTrainer's outputs), and every forward called with ``fused_lm_head=True`` as
+    ``SFTTrainer.compute_loss`` calls it; its ``loss`` is ``-log_probs.sum() / label_mask.sum()``."""
+    import functools
+
+    from memfit.errors import require_extra
+
+    require_extra("trl", "integrations")
+    from trl.trainer.utils import add_fused_lm_head
+
+    get_base = getattr(model, "get_base_model", None)
+    add_fused_lm_head(get_base() if callable(get_base) else model, outputs=("log_probs", "entropy", "is_top1"))
+    model.forward = functools.partial(model.forward, fused_lm_head=True)  # type: ignore[method-assign]
 
 
 def apply_checkpointing(model: torch.nn.Module, spec: RunSpec) -> None:

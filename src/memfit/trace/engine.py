@@ -90,8 +90,8 @@ def check_trace_spec(spec: RunSpec) -> None:
     if spec.checkpointing == "sqrt":
         raise MemfitError("trace runs transformers' per-layer checkpointing: use --checkpointing full or "
                           "every-k (`memfit estimate` models sqrt segments)")
-    if spec.loss != "standard":
-        raise MemfitError("trace runs transformers' standard loss only; drop --loss chunked "
+    if spec.loss == "chunked":
+        raise MemfitError("trace runs transformers' standard loss or TRL's (--loss trl); drop --loss chunked "
                           "(`memfit estimate` models the chunked loss)")
     if spec.precision == "mixed-fp16":
         raise MemfitError("trace supports fp32, bf16, fp16 and mixed-bf16; mixed-fp16 needs GradScaler's "

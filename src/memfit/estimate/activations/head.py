@@ -59,7 +59,7 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
         xf = t.linear(xf, t.weight((width, m.hidden), rp.float_itemsize, rp.full), width, "head")
     head_trained = rp.full or any(mod.role == "head" for mod in saved_modules(m, spec))
     lm_itemsize = rp.float_itemsize
-    if spec.loss == "chunked":
+    if spec.loss in ("chunked", "trl"):  # trl: its own head, booked by the budget (estimate/trl_loss.py)
         saved = sum(s.nbytes for s in t.saved_since(mark).values())
         loss = T * width * xf.itemsize + (V * width * lm_itemsize if head_trained else 0) + T * INT64_BYTES
         return Head(saved=saved, loss=loss, logits_bytes=0, loss_workspace=chunk_rows(T, V, width) * V * FP32_BYTES)
