@@ -26,14 +26,15 @@ gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + `
                *sliding_layers="pattern"* (``sliding_window_pattern``), *rope_per_layer_type* (two cos/sin
                pairs) (registered below, issue 13)
 qwen3_moe      registered: Qwen3's attention + ``MoeLayout(weights_in_logits_dtype=True)``, *router_renorm* (a key:
-               ``norm_topk_prob``); dense layers (``mlp_only_layers``, ``decoder_sparse_step``) refused
-               (``not_modelled``: one block kind per model; a per-layer MLP kind, replayed once per kind, is next)
+               ``norm_topk_prob``); dense layers (``mlp_only_layers``, ``decoder_sparse_step``): *dense_layers* (a
+               per-layer MLP kind: ``ModelShape.layer_shape``, replayed once per kind)
 gpt_oss        registered: ``norm_weight="before_cast"``, ``sliding_layers`` from ``layer_types``; *attention_sinks*
                (a (a,) parameter: ``ModelShape.block_params``; a concatenated column in eager),
                *rotary_half_tables*; ``MoeLayout(router="topk_softmax", bias=True, gate="clamped_swiglu")``;
                *all_linear_moe=False* (PEFT's all-linear leaves its experts alone)
-deepseek_v3    *attention="mla"* (q_a/q_b, kv_a/kv_b projections and their norms), ``MoeLayout`` with *shared
-               experts* and *dense-first layers* (``first_k_dense_replace``)
+deepseek_v3    registered: *latent_attention* (q_a/q_b or q_proj, kv_a/kv_b projections and their norms; sizes in
+               ``ConfigKeys.latent``), ``MoeLayout(router="sigmoid_group_topk", shared_experts=True)``, *dense_layers*
+               ``first_k``, *peft_expert_names* (PEFT's qwen2_moe conversion of gate/up/down_proj)
 =============  ============================================================================================
 """
 
