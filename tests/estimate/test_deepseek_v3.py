@@ -114,3 +114,12 @@ def test_bad_dense_layer_fields_name_the_field() -> None:
 
 def test_meta_model_builds() -> None:
     assert _meta_model(tiny("deepseek_v3", **DEEPSEEK)) is not None
+
+
+@pytest.mark.parametrize("groups", [{"n_group": 3}, {"n_group": 4}, {"n_group": 2, "topk_group": 3}])
+def test_expert_groups_that_transformers_cannot_route_are_refused(groups: dict[str, int]) -> None:
+    """DeepseekV3TopkRouter views the E scores as (n_group, E / n_group) and takes topk(2) in each group, then
+    topk_group groups: 4 experts in 3 groups (no such view), in 4 groups of 1 (topk(2) of 1) or topk_group 3 of 2
+    groups (topk(3) of 2) fail in the forward."""
+    with pytest.raises(MemfitError, match="n_group .* topk_group .* do not fit 4 experts"):
+        ModelShape.from_hf_config(tiny("deepseek_v3", **{**DEEPSEEK, **groups}))

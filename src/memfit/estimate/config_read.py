@@ -106,4 +106,13 @@ def read_experts(r: ConfigReader, k: ConfigKeys) -> tuple[int, int]:
         return 0, 0
     n_experts, per_token = k.experts.read(r), k.experts_per_token.read(r)
     check_experts(n_experts, per_token, experts_key=k.experts.names[0], per_token_key=k.experts_per_token.names[0])
+    if k.expert_groups:  # DeepseekV3TopkRouter: n_group groups of >= 2 experts (topk(2) each), topk_group picked
+        (group_key, group_default), (pick_key, pick_default) = k.expert_groups
+        groups = r.size("experts", group_key, default=group_default)
+        picked = r.size("experts", pick_key, default=pick_default)
+        if n_experts % groups or n_experts // groups < 2 or picked > groups:
+            raise MemfitError(f"{group_key} {groups} and {pick_key} {picked} do not fit {n_experts} experts: the "
+                              f"router splits them into {group_key} groups of at least 2 and picks {pick_key} <= "
+                              f"{group_key} groups; set {group_key} to a divisor of {n_experts} "
+                              f"({divisors(n_experts)}) at most {n_experts // 2}, and {pick_key} to at most it")
     return n_experts, per_token

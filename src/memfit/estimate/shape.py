@@ -251,6 +251,10 @@ class ModelShape:
                if f != "arch" and not (f in _SHOWN_WHEN_SET and getattr(self, f) == _SHOWN_WHEN_SET[f])}
         out["model_type"] = self.model_type
         out["layer_types"] = list(self.layer_types)
+        if self.dense_mlp:
+            out["dense_mlp"] = list(self.dense_mlp)
+        if self.latent is not None:
+            out["latent"] = {f: getattr(self.latent, f) for f in self.latent.__dataclass_fields__}
         return out
 
     # ---- constructors --------------------------------------------------------------------

@@ -292,8 +292,9 @@ class ConfigKeys:
     - ``latent``: multi-head latent attention's keys (``BlockLayout.latent_attention``); ``dense_layers``: which
       layers of a MoE model have a dense MLP (:class:`DenseLayers`); ``shared_experts``: the number of shared
       experts (``MoeLayout.shared_experts``: DeepSeek's ``n_shared_experts``, default 1); ``expert_groups``: the
-      keys of the router's expert groups (DeepSeek's ``n_group`` and ``topk_group``), which a config with other
-      experts than the real model's (:meth:`moe_sizes`) sets to one group; ``kv_heads_equal``: a multi-head
+      keys of the router's expert groups and of the groups each token picks from, with their defaults (DeepSeek's
+      ``n_group`` 8 and ``topk_group`` 4), which a config with other experts than the real model's
+      (:meth:`moe_sizes`) sets to one group; ``kv_heads_equal``: a multi-head
       architecture's key/value-heads key that must equal the heads (DeepSeek's ``num_key_value_heads``, default
       ``kv_heads_default``: transformers repeats the expanded keys otherwise), which :meth:`write` sets to them.
     """
@@ -341,7 +342,7 @@ class ConfigKeys:
     latent: LatentKeys | None = None
     dense_layers: DenseLayers | None = None
     shared_experts: Size | None = None
-    expert_groups: tuple[str, ...] = ()
+    expert_groups: tuple[tuple[str, int], ...] = ()
     kv_heads_equal: str = ""
 
     def dropout_fields(self) -> dict[str, tuple[str, float]]:
@@ -361,7 +362,7 @@ class ConfigKeys:
         """
         if self.experts is None or self.experts_per_token is None:
             return {}
-        groups = dict.fromkeys(self.expert_groups, 1)  # DeepSeek's n_group / topk_group: one group of them all
+        groups = {key: 1 for key, _ in self.expert_groups}  # DeepSeek's n_group / topk_group: one group of them all
         return {self.experts.names[0]: experts, self.experts_per_token.names[0]: per_token, **groups}
 
     def write(self, *, layers: int, hidden: int, heads: int, kv_heads: int | None = None,
