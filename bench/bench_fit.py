@@ -43,6 +43,9 @@ SCENARIOS = [
     ("gpt-oss-20b LoRA r16 attention, b4 s4096, A100-80GB (experts dequantised to bf16)", "gpt-oss-20b",
      RunSpec(method="lora", rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), batch=4, seq=4096,
              attention="eager"), "A100-80GB"),
+    ("Moonlight-16B-A3B LoRA r16 attention, b4 s4096, A100-80GB", "moonlight-16b-a3b",
+     RunSpec(method="lora", rank=16, targets=("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"), batch=4,
+             seq=4096), "A100-80GB"),
 ]
 
 

@@ -55,6 +55,14 @@ QWEN3_MOE = _config("qwen3_moe", kv_heads=2, intermediate=128, vocab=300, head_d
 GPT_OSS = _config("gpt_oss", kv_heads=2, intermediate=128, vocab=300, head_dim=16, num_local_experts=4,
                   num_experts_per_tok=2)
 
+# DeepSeek-V3's block (issue 13): multi-head latent attention with the q bottleneck (v narrower than q and k: CPU
+# sdpa's math path), layer 0 a dense MLP, layer 1 a sigmoid-routed MoE with two shared experts
+DEEPSEEK = _config("deepseek_v3", intermediate=32, vocab=300, intermediate_size=96, first_k_dense_replace=1,
+                   q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12,
+                   n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2, n_group=1, topk_group=1)
+# Qwen3-MoE with layer 0 a dense Qwen3MoeMLP (mlp_only_layers): refused by the estimate before the per-layer MLP kind
+QWEN3_MOE_DENSE0 = {**QWEN3_MOE, "mlp_only_layers": [0], "intermediate_size": 96}
+
 # GPT2 and OPT name no dropout field: they train with transformers' defaults (GPT-2: attention, residual and
 # embedding dropout 0.1; OPT: residual dropout 0.1), like the real models.
 ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
@@ -82,6 +90,11 @@ ROWS: list[tuple[str, dict[str, Any], RunSpec]] = [
                                                          targets=("q_proj", "v_proj"))),
     ("gpt_oss lora q,v mixed eager", GPT_OSS, RunSpec(method="lora", precision="mixed-bf16", attention="eager",
                                                      targets=("q_proj", "v_proj"))),
+    ("deepseek_v3 lora all-linear mixed sdpa", DEEPSEEK, RunSpec(method="lora", precision="mixed-bf16",
+                                                                 attention="sdpa", targets=("all-linear",))),
+    ("deepseek_v3 full fp32 eager", DEEPSEEK, RunSpec(method="full", precision="fp32", attention="eager")),
+    ("qwen3_moe dense layer 0 lora q,v fp32 sdpa", QWEN3_MOE_DENSE0, RunSpec(method="lora", precision="fp32",
+                                                                           targets=("q_proj", "v_proj"))),
 ]
 
 

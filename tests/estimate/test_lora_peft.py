@@ -79,6 +79,7 @@ MODULE_TREES += [(n, _two_layers(n)) for n in ("olmo-2-7b", "phi-2", "granite-3.
 MODULE_TREES += [(n, _two_layers(n)) for n in ("falcon-7b", "qwen3-30b-a3b")]
 MODULE_TREES += [("gpt-oss-20b", {**_two_layers("gpt-oss-20b"),
                                   "layer_types": ["sliding_attention", "full_attention"]})]
+MODULE_TREES += [(n, _two_layers(n)) for n in ("moonlight-16b-a3b",)]  # layer 0 a dense MLP, layer 1 MoE + shared
 
 
 @pytest.mark.parametrize(("name", "config"), MODULE_TREES, ids=[n for n, _ in MODULE_TREES])

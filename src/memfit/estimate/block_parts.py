@@ -7,11 +7,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["BlockParam", "Linear", "LinearRole", "Norm", "NormRole"]
+__all__ = ["BlockParam", "Latent", "Linear", "LinearRole", "Norm", "NormRole"]
 
 LinearRole = Literal["q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down", "router", "experts_gate_up",
-                     "experts_down"]
-NormRole = Literal["pre_attn", "q", "k", "post_attn", "pre_mlp", "post_mlp"]
+                     "experts_down", "q_a", "q_b", "kv_a", "kv_b", "shared_gate", "shared_up", "shared_down"]
+NormRole = Literal["pre_attn", "q", "k", "post_attn", "pre_mlp", "post_mlp", "q_a", "kv_a"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Latent:
+    """Multi-head latent attention's sizes (DeepSeek-V2/V3, ``BlockLayout.latent_attention``): q through a rank
+    ``q_rank`` bottleneck with its RMSNorm (0: one q projection), k and v from a ``kv_rank`` latent (normed) and
+    one shared rope part; per head q and k are ``nope + rope`` wide, v ``v`` wide."""
+
+    q_rank: int
+    kv_rank: int
+    nope: int
+    rope: int
+    v: int
+
+    @property
+    def qk(self) -> int:
+        """The per-head width of q and k: nope + rope."""
+        return self.nope + self.rope
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -82,15 +82,25 @@ def lora_targets(shape: ModelShape, spec: RunSpec) -> tuple[str, ...]:
     return shape.arch.default_lora_targets()
 
 
-def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
-    """The block linears that carry a LoRA adapter (empty for ``--method full``)."""
+def adapted_linears(shape: ModelShape, spec: RunSpec, *, check: bool = True) -> tuple[Linear, ...]:
+    """The block linears that carry a LoRA adapter (empty for ``--method full``), of ``shape.linears()``.
+    ``check``: a MemfitError for a target that names no linear of any layer kind (PEFT's error) or a fused
+    expert / router; off for one kind of a model whose layers differ (a target may name only another kind's)."""
     if not spec.is_adapter:
         return ()
     targets = lora_targets(shape, spec)
     lins = block_linears(shape)
+    renamed = shape.arch.peft_expert_names
     if targets == (ALL_LINEAR,):
-        return lins if shape.arch.all_linear_moe else tuple(lin for lin in lins if lin.is_nn_linear)
-    chosen = []
+        return tuple(lin for lin in lins if (shape.arch.all_linear_moe or lin.is_nn_linear)
+                     and not (lin.is_nn_linear and lin.name in renamed))
+    if check:
+        _check_targets(shape, targets)
+    return tuple(lin for lin in lins if any(lin.path == t or lin.path.endswith("." + t) for t in targets))
+
+
+def _check_targets(shape: ModelShape, targets: tuple[str, ...]) -> None:
+    lins = tuple(dict.fromkeys(lin for sub, _ in shape.layer_groups() for lin in block_linears(sub)))
     matched: set[str] = set()
     for lin in lins:
         for t in targets:
@@ -99,15 +109,18 @@ def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
                     raise MemfitError(f"--targets {t} names {lin.path}, which is not an nn.Linear in "
                                       f"{shape.model_type} (fused experts or a router); PEFT cannot adapt it: "
                                       "drop it or use all-linear")
-                chosen.append(lin)
                 matched.add(t)
                 break
+    renamed = [t for t in targets if t in shape.arch.peft_expert_names]
+    if renamed:
+        raise MemfitError(f"--targets {', '.join(renamed)}: PEFT 0.21.2 turns these names into the fused experts' "
+                          f"parameters for {shape.model_type} (not the nn.Linear layers of that name), which memfit "
+                          "models only under all-linear: pass --targets all-linear, or name the attention projections")
     unknown = [t for t in targets if t not in matched and t not in _TOP_MODULES]
     if unknown:
         names = ", ".join(sorted({lin.name for lin in lins if lin.is_nn_linear}))
         raise MemfitError(f"--targets {', '.join(unknown)} matches no linear layer of {shape.model_type}; "
                           f"its linears are: {names} (or all-linear)")
-    return tuple(chosen)
 
 
 def lora_rank(lin: Linear, rank: int) -> int:
@@ -123,8 +136,8 @@ def lora_linear_params(lin: Linear, rank: int) -> int:
 
 
 def lora_params_per_layer(shape: ModelShape, spec: RunSpec) -> int:
-    """r * (in + out) summed over the adapted linears of one block."""
-    return sum(lora_linear_params(lin, spec.rank) for lin in adapted_linears(shape, spec))
+    """r * (in + out) summed over the adapted linears of one block (of ``shape.linears()``'s kind)."""
+    return sum(lora_linear_params(lin, spec.rank) for lin in adapted_linears(shape, spec, check=False))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,16 +171,24 @@ def _top_modules(shape: ModelShape) -> tuple[str, ...]:
 def module_names(shape: ModelShape) -> tuple[str, ...]:
     """Every module name of the model transformers builds (``named_modules(remove_duplicate=False)`` without the
     root), the names PEFT matches ``modules_to_save`` against."""
+    kinds = {sub: sorted(_block_modules(sub) | {""}) for sub, _ in shape.layer_groups()}
+    prefix = shape.arch.names.model.layers
+    layers = [f"{prefix}.{i}{'.' + p if p else ''}" for i in range(shape.n_layers) for p in kinds[shape.layer_shape(i)]]
+    return _top_modules(shape) + tuple(layers)
+
+
+def _block_modules(shape: ModelShape) -> set[str]:
+    """The module names inside one block of ``shape``'s (uniform) kind; a MoE model's dense-MLP layers have the
+    architecture's ``dense_extras`` as their parameter-free submodules."""
     block: set[str] = set()
     params = {lin.path for lin in block_linears(shape) if lin.experts > 1}  # fused experts: parameters of mlp.experts
     for path in [lin.path for lin in block_linears(shape)] + [n.path for n in shape.norms()]:
         parts = path.split(".")
         for i in range(1, len(parts) + (0 if path in params else 1)):
             block.add(".".join(parts[:i]))
-    block.update(shape.arch.names.block.extras)
-    prefix = shape.arch.names.model.layers
-    layers = [f"{prefix}.{i}{'.' + p if p else ''}" for i in range(shape.n_layers) for p in sorted(block | {""})]
-    return _top_modules(shape) + tuple(layers)
+    names = shape.arch.names.block
+    block.update(names.dense_extras if shape.layout.moe is not None and not shape.is_moe else names.extras)
+    return block
 
 
 def embedding_modules(shape: ModelShape) -> tuple[SavedModule, SavedModule]:
@@ -236,8 +257,10 @@ def modules_to_save_params(shape: ModelShape, spec: RunSpec) -> int:
 def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
     """Trainable parameters of a LoRA / QLoRA run, as PEFT's ``print_trainable_parameters`` counts them.
 
-    ``L * sum(r * (in + out))`` over the adapted linears, plus the ``modules_to_save`` copies.
+    ``L * sum(r * (in + out))`` over the adapted linears (per layer kind), plus the ``modules_to_save`` copies.
     """
     if not spec.is_adapter:
         raise MemfitError("lora_trainable_params needs --method lora or qlora")
-    return shape.n_layers * lora_params_per_layer(shape, spec) + modules_to_save_params(shape, spec)
+    adapted_linears(shape, spec)  # the targets' check, against every layer kind
+    return sum(n * lora_params_per_layer(sub, spec) for sub, n in shape.layer_groups()) + modules_to_save_params(
+        shape, spec)

@@ -28,7 +28,7 @@ class ParamCount:
     total: int
     embeddings: int  # token (+ learned position) embeddings
     lm_head: int  # 0 when tied to the token embedding (its bias, where it has one, is not tied)
-    per_layer: int  # one decoder block
+    per_layer: int  # one decoder block (the last one's kind where layers differ: DeepSeek's dense-first layers)
     layers: int  # all decoder blocks
     final_norm: int
     other: int  # e.g. OPT's project_in / project_out
@@ -51,26 +51,33 @@ _TOP_LEVEL = ("embed_tokens", "embed_positions", "final_norm", "lm_head", "proje
 
 def layer_kind_names(shape: ModelShape) -> dict[str, str]:
     """Map each block module path to its display kind: the last name, or the path where names repeat."""
-    paths = [lin.path for lin in shape.linears()] + [n.path for n in shape.norms()]
+    paths = list(dict.fromkeys(p for sub, _ in shape.layer_groups() for p in _block_paths(sub)))
     last = Counter(p.rsplit(".", 1)[-1] for p in paths)
     return {p: (p.rsplit(".", 1)[-1] if last[p.rsplit(".", 1)[-1]] == 1 else p) for p in paths}
 
 
+def _block_paths(shape: ModelShape) -> list[str]:
+    return [lin.path for lin in shape.linears()] + [n.path for n in shape.norms()]
+
+
+def _block_numels(shape: ModelShape, kinds: dict[str, str]) -> list[tuple[str, int]]:
+    """(display kind, elements) of every parameter module of one block of ``shape``'s (uniform) kind."""
+    out = [(kinds[lin.path], lin.numel) for lin in shape.linears()]
+    out += [(kinds[norm.path], norm.numel) for norm in shape.norms()]
+    return out + [(p.path.rsplit(".", 1)[-1], p.numel) for p in shape.block_params()]  # GPT-OSS's attention sinks
+
+
 def count_params(shape: ModelShape) -> ParamCount:
-    """Count every parameter of the model transformers builds from this shape's config."""
+    """Count every parameter of the model transformers builds from this shape's config: each block kind
+    (:meth:`ModelShape.layer_groups`) times its layers."""
     kinds = layer_kind_names(shape)
     by_kind: dict[str, int] = {}
-    per_layer = 0
-    for lin in shape.linears():
-        by_kind[kinds[lin.path]] = by_kind.get(kinds[lin.path], 0) + lin.numel * shape.n_layers
-        per_layer += lin.numel
-    for norm in shape.norms():
-        by_kind[kinds[norm.path]] = by_kind.get(kinds[norm.path], 0) + norm.numel * shape.n_layers
-        per_layer += norm.numel
-    for param in shape.block_params():  # GPT-OSS's attention sinks
-        name = param.path.rsplit(".", 1)[-1]
-        by_kind[name] = by_kind.get(name, 0) + param.numel * shape.n_layers
-        per_layer += param.numel
+    layers = 0
+    for sub, n in shape.layer_groups():
+        for kind, numel in _block_numels(sub, kinds):
+            by_kind[kind] = by_kind.get(kind, 0) + numel * n
+            layers += numel * n
+    per_layer = sum(numel for _, numel in _block_numels(shape.layer_shape(shape.n_layers - 1), kinds))
 
     embed = shape.vocab * shape.embed_dim
     by_kind["embed_tokens"] = embed
@@ -92,7 +99,6 @@ def count_params(shape: ModelShape) -> ParamCount:
         shape.vocab if shape.layout.head_bias else 0)  # Phi's lm_head bias stays untied
     if lm_head:
         by_kind["lm_head"] = lm_head
-    layers = per_layer * shape.n_layers
     total = embed + positions + layers + final_norm + other + lm_head
     return ParamCount(
         total=total,

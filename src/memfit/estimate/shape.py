@@ -28,15 +28,23 @@ key/value heads must divide the heads, the heads must divide the hidden size whe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from memfit.errors import MemfitError
-from memfit.estimate.arch import REGISTRY, Architecture, BlockLayout, ConfigKeys, ConfigReader, LayerType, MissingKey
+from memfit.estimate.arch import REGISTRY, Architecture, BlockLayout, ConfigReader, LayerType, MissingKey
 from memfit.estimate.arch.keys import NotModelled, check_int, first_key
-from memfit.estimate.block_parts import BlockParam, Linear, Norm
+from memfit.estimate.block_parts import BlockParam, Latent, Linear, Norm
 from memfit.estimate.config_file import read_config_file
+from memfit.estimate.config_read import (
+    check_experts,
+    check_kv_heads,
+    read_experts,
+    read_heads,
+    read_layer_types,
+    rope_theta,
+)
 
 _MAX_TEXT_CONFIG_DEPTH = 4  # multimodal configs nest the language model's config once (text_config)
 
@@ -51,7 +59,8 @@ DROPOUT_FIELDS: dict[str, dict[str, tuple[str, float]]] = _dropout_fields()
 
 
 # ModelShape fields that only some architectures have, and the value to_dict leaves them out at
-_SHOWN_WHEN_SET = {"attn_residual_dropout": None, "multi_query": False, "router_renorm": True}
+_SHOWN_WHEN_SET = {"attn_residual_dropout": None, "multi_query": False, "router_renorm": True, "latent": None,
+                   "shared_intermediate": 0, "dense_mlp": (), "dense_intermediate": 0}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +108,10 @@ class ModelShape:
     attn_residual_dropout: float | None = None  # the attention output's own dropout (Falcon's serial block)
     multi_query: bool = False  # Falcon's multi_query: one key/value head, indexed out of the fused qkv
     router_renorm: bool = True  # MoE: the top-k weights divided by their sum (Qwen3-MoE's norm_topk_prob)
+    latent: Latent | None = None  # multi-head latent attention's sizes (BlockLayout.latent_attention)
+    shared_intermediate: int = 0  # the MoE block's shared experts' MLP width (MoeLayout.shared_experts)
+    dense_mlp: tuple[bool, ...] = ()  # per layer: a dense MLP of dense_intermediate instead of the experts
+    dense_intermediate: int = 0
 
     # ---- derived structure -------------------------------------------------------------
     @property
@@ -144,28 +157,59 @@ class ModelShape:
         """Width of the token embedding (OPT's ``word_embed_proj_dim`` may differ from h)."""
         return self.embed_proj_dim or self.hidden
 
+    def layer_shape(self, i: int) -> ModelShape:
+        """Layer i as a model of one block kind: this shape, or (a dense-MLP layer of a MoE model, ``dense_mlp``)
+        the shape with a dense MLP of ``dense_intermediate`` and no experts; ``n_layers`` is kept."""
+        if not self.dense_mlp:
+            return self
+        if not self.dense_mlp[i]:
+            return replace(self, dense_mlp=())
+        return replace(self, dense_mlp=(), n_experts=0, experts_per_token=0, intermediate=self.dense_intermediate,
+                       shared_intermediate=0)
+
+    def layer_groups(self) -> tuple[tuple[ModelShape, int], ...]:
+        """(layer shape, how many layers have it) for each block kind, in the order of their first layer: one
+        group for a model whose blocks are all alike."""
+        counts: dict[ModelShape, int] = {}
+        for i in range(self.n_layers):
+            sub = self.layer_shape(i)
+            counts[sub] = counts.get(sub, 0) + 1
+        return tuple(counts.items())
+
     def linears(self) -> tuple[Linear, ...]:
-        """The linear layers of one decoder block, in forward order, as transformers names them."""
+        """The linear layers of one decoder block, in forward order, as transformers names them (of layer 0's kind
+        where the layers differ: :meth:`layer_shape`)."""
+        if self.dense_mlp:
+            return self.layer_shape(0).linears()
         n, h, q, kv = self.arch.names.block, self.hidden, self.q_dim, self.kv_dim
-        if self.layout.fused_qkv:
+        if self.latent is not None:
+            attn = _latent_linears(self)
+        elif self.layout.fused_qkv:
             attn = [Linear(path=n.qkv, role="qkv", in_features=h, out_features=q + 2 * kv, bias=self.qkv_bias)]
         else:
             attn = [Linear(path=n.q, role="q", in_features=h, out_features=q, bias=self.qkv_bias),
                     Linear(path=n.k, role="k", in_features=h, out_features=kv, bias=self.qkv_bias),
                     Linear(path=n.v, role="v", in_features=h, out_features=kv, bias=self.qkv_bias)]
-        attn.append(Linear(path=n.o, role="o", in_features=q, out_features=h, bias=self.o_bias))
+        if self.latent is None:
+            attn.append(Linear(path=n.o, role="o", in_features=q, out_features=h, bias=self.o_bias))
         return tuple(attn) + self._mlp_linears()
 
     def _mlp_linears(self) -> tuple[Linear, ...]:
         n, h, i, b = self.arch.names.block, self.hidden, self.intermediate, self.mlp_bias
-        if self.layout.moe is not None:
+        if self.layout.moe is not None and self.is_moe:
             e = self.n_experts
             bias = self.layout.moe.bias  # GPT-OSS: the router and both expert parameters
-            return (Linear(path=n.router, role="router", in_features=h, out_features=e, bias=bias, is_nn_linear=False),
-                    Linear(path=n.experts_gate_up, role="experts_gate_up", in_features=h, out_features=2 * i,
-                           bias=bias, experts=e, is_nn_linear=False),
-                    Linear(path=n.experts_down, role="experts_down", in_features=i, out_features=h, experts=e,
-                           bias=bias, is_nn_linear=False))
+            si = self.shared_intermediate
+            shared = (Linear(path=n.shared_gate, role="shared_gate", in_features=h, out_features=si),
+                      Linear(path=n.shared_up, role="shared_up", in_features=h, out_features=si),
+                      Linear(path=n.shared_down, role="shared_down", in_features=si, out_features=h)) if si else ()
+            routed = (Linear(path=n.router, role="router", in_features=h, out_features=e, bias=bias,
+                             is_nn_linear=False),
+                      Linear(path=n.experts_gate_up, role="experts_gate_up", in_features=h, out_features=2 * i,
+                             bias=bias, experts=e, is_nn_linear=False),
+                      Linear(path=n.experts_down, role="experts_down", in_features=i, out_features=h, experts=e,
+                             bias=bias, is_nn_linear=False))
+            return routed + shared
         down = Linear(path=n.down, role="down", in_features=i, out_features=h, bias=b)
         if self.layout.mlp == "plain":
             return (Linear(path=n.up, role="up", in_features=h, out_features=i, bias=b), down)
@@ -180,6 +224,10 @@ class ModelShape:
         out = []
         if lay.pre_attn_norm:
             out.append(Norm(path=n.pre_attn_norm, role="pre_attn", size=h, bias=b))
+        if self.latent is not None:  # MLA: the q bottleneck's norm and the kv latent's
+            if self.latent.q_rank:
+                out.append(Norm(path=n.q_a_norm, role="q_a", size=self.latent.q_rank, bias=b))
+            out.append(Norm(path=n.kv_a_norm, role="kv_a", size=self.latent.kv_rank, bias=b))
         if self.has_qk_norm:
             head = lay.qk_norm == "head"
             out += [Norm(path=n.q_norm, role="q", size=self.head_dim if head else self.q_dim, bias=b),
@@ -203,6 +251,10 @@ class ModelShape:
                if f != "arch" and not (f in _SHOWN_WHEN_SET and getattr(self, f) == _SHOWN_WHEN_SET[f])}
         out["model_type"] = self.model_type
         out["layer_types"] = list(self.layer_types)
+        if self.dense_mlp:
+            out["dense_mlp"] = list(self.dense_mlp)
+        if self.latent is not None:
+            out["latent"] = {f: getattr(self.latent, f) for f in self.latent.__dataclass_fields__}
         return out
 
     # ---- constructors --------------------------------------------------------------------
@@ -216,6 +268,20 @@ class ModelShape:
         """Read ``config.json`` from a file, or from a directory that holds one (:func:`read_config_file`)."""
         config, p = read_config_file(path)
         return _parse_config(config, name=p.parent.name if p.name == "config.json" else p.stem)
+
+
+def _latent_linears(m: ModelShape) -> list[Linear]:
+    """Multi-head latent attention's projections (DeepseekV3Attention): q_a (h -> q_rank) and q_b (q_rank -> a*qk),
+    or q_proj (h -> a*qk); kv_a_proj_with_mqa (h -> kv_rank + rope), kv_b (kv_rank -> a*(nope + v)); o (a*v -> h).
+    ``attention_bias`` gives q_a, kv_a and o a bias."""
+    n, h, a, lat, b = m.arch.names.block, m.hidden, m.n_heads, m.latent, m.qkv_bias
+    assert lat is not None
+    q = ([Linear(path=n.q_a, role="q_a", in_features=h, out_features=lat.q_rank, bias=b),
+          Linear(path=n.q_b, role="q_b", in_features=lat.q_rank, out_features=a * lat.qk)] if lat.q_rank
+         else [Linear(path=n.q, role="q", in_features=h, out_features=a * lat.qk)])
+    return q + [Linear(path=n.kv_a, role="kv_a", in_features=h, out_features=lat.kv_rank + lat.rope, bias=b),
+                Linear(path=n.kv_b, role="kv_b", in_features=lat.kv_rank, out_features=a * (lat.nope + lat.v)),
+                Linear(path=n.o, role="o", in_features=a * lat.v, out_features=h, bias=m.o_bias)]
 
 
 # ---- the boundary: validating a config ------------------------------------------------------------
@@ -239,9 +305,9 @@ def validate_config(config: dict[str, Any]) -> None:
     ints = {fact: _optional_int(cfg, fact, *keys) for fact, keys in _GENERIC_KEYS.items()}
     heads, kv = ints["attention heads"], ints["key/value heads"]
     if heads and kv:
-        _check_kv_heads(heads, kv, heads_key=first_key(cfg, *_GENERIC_KEYS["attention heads"]))
+        check_kv_heads(heads, kv, heads_key=first_key(cfg, *_GENERIC_KEYS["attention heads"]))
     if ints["experts"] and ints["experts per token"]:
-        _check_experts(ints["experts"], ints["experts per token"],
+        check_experts(ints["experts"], ints["experts per token"],
                        experts_key=first_key(cfg, *_GENERIC_KEYS["experts"]),
                        per_token_key=first_key(cfg, *_GENERIC_KEYS["experts per token"]))
 
@@ -265,25 +331,6 @@ def _optional_int(cfg: dict[str, Any], fact: str, *keys: str) -> int | None:
     key = first_key(cfg, *keys)
     value = cfg.get(key)
     return None if value is None else check_int(fact, key, value)
-
-
-def _divisors(n: int) -> str:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return ", ".join(str(d) for d in sorted(set(small + [n // d for d in small])))
-
-
-def _check_kv_heads(heads: int, kv: int, *, heads_key: str) -> None:
-    if heads % kv:
-        more = f"more key/value heads than the {heads} heads; " if kv > heads else ""
-        raise MemfitError(f"num_key_value_heads {kv} does not divide {heads_key} {heads} ({more}grouped-query "
-                          f"attention shares each key/value head among {heads_key} / num_key_value_heads query "
-                          f"heads): set num_key_value_heads to one of {_divisors(heads)}")
-
-
-def _check_experts(experts: int, per_token: int, *, experts_key: str, per_token_key: str) -> None:
-    if per_token > experts:
-        raise MemfitError(f"{per_token_key} {per_token} is more than the {experts} experts ({experts_key}): each "
-                          f"token picks {per_token_key} of them; set it to at most {experts}")
 
 
 def _language_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -327,79 +374,6 @@ def _architecture(cfg: dict[str, Any]) -> Architecture:
                       "architectures, `memfit trace` runs the real model code)")
 
 
-def _rope_theta(cfg: dict[str, Any], model_type: str) -> float | None:
-    if cfg.get("rope_theta") is not None:
-        return ConfigReader(cfg, model_type).real_or_none("rope_theta")
-    params = cfg.get("rope_parameters")
-    if isinstance(params, dict):
-        if "rope_theta" in params:
-            return ConfigReader(params, model_type).real_or_none("rope_theta")
-        # per-layer-type layouts (e.g. {"full_attention": {...}, "sliding_attention": {...}})
-        for sub in params.values():
-            if isinstance(sub, dict) and "rope_theta" in sub:
-                return ConfigReader(sub, model_type).real_or_none("rope_theta")
-    return None
-
-
-def _heads(r: ConfigReader, k: ConfigKeys, hidden: int, n_heads: int) -> tuple[int, int]:
-    """Key/value heads and head_dim, checked: (k, d)."""
-    cfg, model_type = r.cfg, r.model_type
-    heads_key = first_key(cfg, *k.heads)
-    if hidden % n_heads and k.heads_divide_hidden:
-        hidden_key = first_key(cfg, *k.hidden)
-        raise MemfitError(f"{hidden_key} {hidden} is not divisible by {heads_key} {n_heads}: transformers' "
-                          f"{model_type} splits the hidden size evenly across the heads; set {heads_key} to a "
-                          f"divisor of {hidden} ({_divisors(hidden)})")
-    if k.multi_query.read(r):  # Falcon's multi_query: one key/value head, d = h / a
-        n_kv, head_dim = 1, hidden // n_heads
-    elif not k.kv_heads:  # multi-head attention; transformers ignores both keys
-        n_kv, head_dim = n_heads, hidden // n_heads
-    else:
-        if k.kv_heads[0] in cfg:  # null: = heads, as the config classes' __post_init__ do
-            n_kv = r.size("key/value heads", *k.kv_heads, default=n_heads)
-        else:
-            n_kv = k.kv_heads_default or n_heads
-        head_dim = r.size("head dimension", "head_dim", default=k.head_dim_default or hidden // n_heads)
-        if head_dim < 1:
-            raise MemfitError(f"{heads_key} {n_heads} is more than the hidden size {hidden}: every head needs at "
-                              "least one dimension; fix it in config.json (or give head_dim)")
-    _check_kv_heads(n_heads, n_kv, heads_key=heads_key)
-    return n_kv, head_dim
-
-
-def _layer_types(r: ConfigReader, arch: Architecture, n_layers: int, window: int | None) -> tuple[LayerType, ...]:
-    """Each layer's attention: ``sliding`` where the window applies (the layout's rule, or the config's own
-    ``layer_types`` list), else ``full``."""
-    rule = arch.layout.sliding_layers
-    if window is None or rule == "none":
-        return (_layer_type(False),) * n_layers
-    listed = r.get(*arch.keys.layer_types) if arch.keys.layer_types else None
-    if listed is not None:
-        if not isinstance(listed, list) or len(listed) != n_layers or any(
-                t not in ("full_attention", "sliding_attention") for t in listed):
-            raise MemfitError(f"config field layer_types must list {n_layers} entries, each full_attention or "
-                              f"sliding_attention (one per layer), got {listed!r}: fix it in config.json")
-        return tuple(_layer_type(t == "sliding_attention") for t in listed)
-    first_sliding = arch.keys.max_window_layers.read(r) if rule == "after_max_window_layers" else 0
-    period = arch.keys.sliding_pattern.read(r) if rule == "pattern" else 1
-    sliding = [rule == "all" or (rule == "alternate" and i % 2 == 0)
-               or (rule == "after_max_window_layers" and i >= first_sliding)
-               or (rule == "pattern" and (i + 1) % period != 0) for i in range(n_layers)]
-    return tuple(_layer_type(s) for s in sliding)
-
-
-def _layer_type(sliding: bool) -> LayerType:
-    return "sliding" if sliding else "full"
-
-
-def _experts(r: ConfigReader, k: ConfigKeys) -> tuple[int, int]:
-    if k.experts is None or k.experts_per_token is None:
-        return 0, 0
-    n_experts, per_token = k.experts.read(r), k.experts_per_token.read(r)
-    _check_experts(n_experts, per_token, experts_key=k.experts.names[0], per_token_key=k.experts_per_token.names[0])
-    return n_experts, per_token
-
-
 def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     cfg = _language_config(config)
     arch = _architecture(cfg)
@@ -412,7 +386,7 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     n_layers = r.need("layers", *k.layers)
     hidden = r.need("hidden size", *k.hidden)
     n_heads = r.need("attention heads", *k.heads)
-    n_kv, head_dim = _heads(r, k, hidden, n_heads)
+    n_kv, head_dim = read_heads(r, k, hidden, n_heads)
     vocab = r.need("vocabulary", *k.vocab)
     activation = k.activation.read(r)
     dropout = {"attention_dropout": k.attention_dropout.read(r), "residual_dropout": k.residual_dropout.read(r),
@@ -422,18 +396,25 @@ def _parse_config(config: dict[str, Any], *, name: str | None) -> ModelShape:
     intermediate = k.intermediate.read(r, hidden=hidden)
     proj = r.size("hidden size", *k.embed_proj_dim, default=hidden) if k.embed_proj_dim else hidden
     window = k.sliding_window.read(r) if k.sliding_enabled.read(r) else None
-    n_experts, per_token = _experts(r, k)
+    n_experts, per_token = read_experts(r, k)
+    latent = k.latent.read(r) if k.latent is not None and arch.layout.latent_attention else None
+    dense = k.dense_layers.read(r, n_layers) if k.dense_layers is not None else ()
+    moe = arch.layout.moe
+    shared = k.shared_experts.read(r) if k.shared_experts is not None and moe and moe.shared_experts else 0
     return ModelShape(
         **dropout, name=name or str(r.get("_name_or_path", default=model_type)) or model_type, arch=arch,
-        n_layers=n_layers, hidden=hidden, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
-        intermediate=intermediate, vocab=vocab, activation=activation, rope_theta=_rope_theta(cfg, model_type),
+        n_layers=n_layers, hidden=hidden, n_heads=n_heads, n_kv_heads=n_kv,
+        head_dim=latent.rope if latent is not None else head_dim, latent=latent,  # MLA: head_dim is the rope width
+        dense_mlp=dense if any(dense) else (), dense_intermediate=k.dense_layers.intermediate.read(r) if any(dense)
+        and k.dense_layers is not None else 0, shared_intermediate=shared * intermediate,
+        intermediate=intermediate, vocab=vocab, activation=activation, rope_theta=rope_theta(cfg, model_type),
         tie_embeddings=k.tie_embeddings.read(r), norm_eps=k.norm_eps.read(r), max_positions=k.positions.read(r),
         rotary_fraction=k.rotary_fraction.read(r), qkv_bias=k.qkv_bias.read(r), o_bias=k.o_bias.read(r),
         mlp_bias=k.mlp_bias.read(r), parallel_residual=k.parallel_residual.read(r),
         embed_proj_dim=proj if proj != hidden else 0,
         final_norm=k.final_norm.read(r) and not k.final_norm_dropped.read(r),
         attn_softcap=k.attn_softcap.read(r), final_softcap=k.final_softcap.read(r), sliding_window=window,
-        layer_types=_layer_types(r, arch, n_layers, window), n_experts=n_experts, experts_per_token=per_token,
+        layer_types=read_layer_types(r, arch, n_layers, window), n_experts=n_experts, experts_per_token=per_token,
         qk_norm_enabled=k.qk_norm_enabled.read(r),
         multi_query=k.multi_query.read(r), router_renorm=k.router_renorm.read(r),
     )

@@ -152,21 +152,36 @@ def _linear_tensors(lin: Linear, w: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def _block_tensors(shape: ModelShape, spec: RunSpec) -> list[tuple[int, int, int]]:
+    """(elements, bytes per element, rows + cols or 0 for a vector) of each trainable tensor of one block of
+    ``shape``'s (uniform) kind."""
+    w, out = spec.weight_bytes, []
+    if spec.method == "full":
+        for lin in block_linears(shape):
+            out += _linear_tensors(lin, w)
+        for norm in shape.norms():
+            out += [(norm.size, w, 0)] * (2 if norm.bias else 1)
+        return out + [(param.size, w, 0) for param in shape.block_params()]
+    for lin in adapted_linears(shape, spec, check=False):
+        r = lora_rank(lin, spec.rank)
+        # lora_A (r', in) and lora_B (out, r')
+        out += [(r * lin.in_features, FP32_BYTES, r + lin.in_features),
+                (r * lin.out_features, FP32_BYTES, lin.out_features + r)]
+    return out
+
+
 def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     """Weights, gradients and optimizer states of the run; see the module docstring."""
     pc = _count(shape)
     w = spec.weight_bytes
-    # (elements, bytes per element, rows + cols or 0 for a vector) of each trainable tensor of one block
-    per_layer_tensors: list[tuple[int, int, int]] = []
+    adapted_linears(shape, spec)  # the targets' check, against every layer kind
+    # each block kind's trainable tensors and its number of layers; the last layer's kind is the typical block
+    groups = [(_block_tensors(sub, spec), n) for sub, n in shape.layer_groups()]
+    per_layer_tensors = _block_tensors(shape.layer_shape(shape.n_layers - 1), spec)
+    all_blocks = [t for tensors, _ in groups for t in tensors]
+    blocks_optimizer = sum(optimizer_bytes(tensors, spec) * n for tensors, n in groups)
+    blocks_tensors = sum(len(tensors) * n for tensors, n in groups)
     if spec.method == "full":
-        for lin in block_linears(shape):
-            per_layer_tensors += _linear_tensors(lin, w)
-        for norm in shape.norms():
-            per_layer_tensors.append((norm.size, w, 0))
-            if norm.bias:
-                per_layer_tensors.append((norm.size, w, 0))
-        for param in shape.block_params():
-            per_layer_tensors.append((param.size, w, 0))
         embed = [(shape.vocab * shape.embed_dim, w, shape.vocab + shape.embed_dim)]
         if shape.layout.position == "learned":
             positions = pc.embeddings - shape.vocab * shape.embed_dim
@@ -181,45 +196,40 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
             other += [(pc.other // 2, w, shape.hidden + shape.embed_proj_dim)] * 2
         rest = embed + head + other
         trainable = pc.total
-        tensors = per_layer_tensors + rest
+        tensors = all_blocks + rest
         return ModelStates(
             weights_frozen=0, weights_trainable=trainable * w, gradients=trainable * w,
-            optimizer=optimizer_bytes(per_layer_tensors, spec) * shape.n_layers + optimizer_bytes(rest, spec),
+            optimizer=blocks_optimizer + optimizer_bytes(rest, spec),
             trainable_params=trainable, frozen_params=0,
             largest_tensor=max(n * b for n, b, _ in tensors),
             adafactor_step=max(adafactor_step_bytes(*t) for t in tensors),
-            n_tensors=len(per_layer_tensors) * shape.n_layers + len(rest),
+            n_tensors=blocks_tensors + len(rest),
             grads_per_layer=sum(n * b for n, b, _ in per_layer_tensors),
             grads_head=sum(n * b for n, b, _ in head), grads_embed=sum(n * b for n, b, _ in embed),
             grads_other=sum(n * b for n, b, _ in other),
         )
     # LoRA / QLoRA: the base is frozen, adapters (and modules_to_save copies) train
-    for lin in adapted_linears(shape, spec):
-        r = lora_rank(lin, spec.rank)
-        # lora_A (r', in) and lora_B (out, r')
-        per_layer_tensors += [(r * lin.in_features, FP32_BYTES, r + lin.in_features),
-                              (r * lin.out_features, FP32_BYTES, lin.out_features + r)]
-    lora_params = sum(n for n, _, _ in per_layer_tensors) * shape.n_layers
+    lora_params = sum(sum(n for n, _, _ in tensors) * layers for tensors, layers in groups)
     saved = saved_modules(shape, spec)
     mts = sum(m.numel for m in saved)
     mts_b = FP32_BYTES if spec.method == "qlora" else w
     head_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "head"]
     emb_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "embed"]
     rest = head_t + emb_t
-    tensors = per_layer_tensors + rest
+    tensors = all_blocks + rest
     trainable_bytes = lora_params * FP32_BYTES + mts * mts_b
     if spec.method == "qlora":
-        lin_numel = sum(lin.weight_numel for lin in block_linears(shape)) * shape.n_layers
+        lin_numel = sum(lin.weight_numel * n for sub, n in shape.layer_groups() for lin in block_linears(sub))
         frozen = nf4_bytes(lin_numel, spec.double_quant) + (pc.total - lin_numel) * FP32_BYTES
     else:
         frozen = pc.total * w
     return ModelStates(
         weights_frozen=frozen, weights_trainable=trainable_bytes, gradients=trainable_bytes,
-        optimizer=optimizer_bytes(per_layer_tensors, spec) * shape.n_layers + optimizer_bytes(rest, spec),
+        optimizer=blocks_optimizer + optimizer_bytes(rest, spec),
         trainable_params=lora_params + mts, frozen_params=pc.total,
         largest_tensor=max((n * b for n, b, _ in tensors), default=0),
         adafactor_step=max((adafactor_step_bytes(*t) for t in tensors), default=0),
-        n_tensors=len(per_layer_tensors) * shape.n_layers + len(rest),
+        n_tensors=blocks_tensors + len(rest),
         grads_per_layer=sum(n * b for n, b, _ in per_layer_tensors),
         grads_head=sum(n * b for n, b, _ in head_t), grads_embed=sum(n * b for n, b, _ in emb_t), grads_other=0,
     )

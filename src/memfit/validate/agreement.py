@@ -45,6 +45,10 @@ SCALED_MODELS: tuple[tuple[str, int, int], ...] = (
     ("falcon-7b", 256, 2),
     ("qwen3-30b-a3b", 256, 2),
     ("gpt-oss-20b", 256, 2),
+    # issue 13: deepseek_v3 (layer 0 a dense MLP, layer 1 the MoE: no q bottleneck; V3's q_lora_rank with 3 dense
+    # layers and one MoE of 256 experts in 8 groups)
+    ("moonlight-16b-a3b", 256, 2),
+    ("deepseek-v3", 256, 4),
 )
 
 
@@ -76,6 +80,9 @@ def scaled_config(name: str, hidden: int, layers: int) -> dict[str, Any]:
     if keys.kv_heads and ("head_dim" in cfg or shape.head_dim * shape.n_heads != shape.hidden):
         cfg["head_dim"] = head_dim
     cfg.update(dict.fromkeys(keys.scales_with_head_dim, head_dim))  # Gemma 2's query_pre_attn_scalar
+    for key in keys.scales_with_hidden:  # DeepSeek's latent ranks, per-head widths, dense MLP (null stays null)
+        if isinstance(cfg.get(key), int):
+            cfg[key] = max(8, int(round(cfg[key] * hidden / shape.hidden / 8)) * 8)
     for key in keys.layer_types:  # a per-layer list (GPT-OSS's layer_types): its first ``layers`` entries
         if isinstance(cfg.get(key), list):
             cfg[key] = cfg[key][:layers]
@@ -169,6 +176,19 @@ SPEC_GRID: tuple[RunSpec, ...] = (
     _spec(method="lora", precision="fp32", attention="sdpa", batch=4, seq=128, checkpointing="full"),
     _spec(method="lora", precision="bf16", attention="sdpa", batch=1, seq=32),
     _spec(method="lora", precision="mixed-bf16", attention="eager", batch=1, seq=32, targets=("all-linear",)),
+)
+
+# Dense-MLP layers among MoE ones (issue 13): Qwen3-MoE's mlp_only_layers (layer 0 a Qwen3MoeMLP of intermediate_size,
+# 6144 in the real model, scaled here as its hidden) and DeepSeek-V3 with checkpointing over its dense and MoE layers.
+LAYER_KIND_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
+    ("qwen3-30b-a3b", {"mlp_only_layers": [0], "intermediate_size": 768},
+     _spec(method="full", precision="fp32", attention="sdpa", batch=2, seq=64)),
+    ("qwen3-30b-a3b", {"mlp_only_layers": [0], "intermediate_size": 768},
+     _spec(method="lora", precision="mixed-bf16", attention="eager", batch=1, seq=32, checkpointing="full")),
+    ("moonlight-16b-a3b", {}, _spec(method="full", precision="fp32", attention="eager", batch=2, seq=64,
+                                    checkpointing="full")),
+    ("deepseek-v3", {}, _spec(method="lora", precision="bf16", attention="eager", batch=1, seq=64,
+                              targets=("all-linear",))),
 )
 
 # Sliding layers past their window (issue 13): Gemma 3's sdpa calls take a mask in its five sliding layers of six
@@ -283,10 +303,16 @@ def _fit_spec(model: str, spec: RunSpec) -> RunSpec:
 
 def full_matrix() -> list[MatrixRow]:
     """Every scaled architecture times every spec of the grid, then the dropout rows, the other optimizers'
-    rows and the rows past a sliding window."""
+    rows, the rows past a sliding window and those with dense-MLP layers among MoE ones."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
             for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix() \
-        + offload_matrix()
+        + layer_kind_matrix() + offload_matrix()
+
+
+def layer_kind_matrix() -> list[MatrixRow]:
+    """Rows whose MLP kind varies per layer (DeepSeek-V3's dense-first layers, Qwen3-MoE's ``mlp_only_layers``)."""
+    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s))
+            for m, fields, s in LAYER_KIND_ROWS]
 
 
 def offload_matrix(rows: tuple[tuple[str, RunSpec], ...] = OFFLOAD_ROWS) -> list[MatrixRow]:

@@ -28,7 +28,7 @@ from memfit.estimate.activations.head import head_and_loss
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import Saved, SymTensor
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
-from memfit.estimate.lora import block_linears
+from memfit.estimate.lora import adapted_linears, block_linears
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -150,41 +150,52 @@ def sdpa_masked_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
     return tuple(t == "sliding" for t in shape.layer_types)
 
 
-def _layer_replay(rp: Replay, masked: bool) -> Replay:
-    """The replay of a layer whose sdpa call takes a mask: the padding-mask path, on the same tape."""
+def _layer_replay(rp: Replay, kind: tuple[ModelShape, bool]) -> Replay:
+    """The replay of a layer of ``kind``: its block kind (:meth:`ModelShape.layer_shape`: a MoE model's dense-MLP
+    layers) and whether its sdpa call takes a mask (the padding-mask path), on the same tape."""
+    model, masked = kind
+    if model is not rp.model:
+        rp = replace(rp, model=model, adapted=frozenset(lin.path for lin in adapted_linears(model, rp.spec,
+                                                                                             check=False)))
     return replace(rp, spec=rp.spec.with_(padding_mask=True)) if masked else rp
 
 
 def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
-    """Replay block 0 on the embedding output and block 1 on block 0's output. cos/sin count as ``shared``
-    in the first block that saves them (a frozen block 0 may not). Where layers 2..L-1 include another kind of
-    layer than block 1 (a sliding layer with an sdpa mask beside full ones: :func:`sdpa_masked_layers`), one
-    block of that kind is replayed after block 1 and ``layers_extra`` adds the difference for each such layer."""
-    t = rp.tape
-    masked = sdpa_masked_layers(rp.model, rp.spec)
+    """Replay block 0 on the embedding output and a typical block on block 0's output. cos/sin count as ``shared``
+    in the first block that saves them (a frozen block 0 may not). The typical block has layer 1's sdpa mask and
+    the last layer's MLP kind (DeepSeek's dense-first layers: the MoE block). Where layers 1..L-1 include other
+    kinds (a sliding layer with an sdpa mask beside full ones: :func:`sdpa_masked_layers`; a dense-MLP layer), one
+    block of each is replayed after it and ``layers_extra`` adds the difference for each such layer."""
+    t, m = rp.tape, rp.model
+    masked = sdpa_masked_layers(m, rp.spec)
+    kinds = [(m.layer_shape(i), masked[i]) for i in range(m.n_layers)]
     rope_storages = {r.storage for r in rope} if rope is not None else set()
     mark = t.mark()
-    x1 = block_forward(_layer_replay(rp, masked[0]), x, rope)
+    x1 = block_forward(_layer_replay(rp, kinds[0]), x, rope)
     first_saved, backward_first = t.saved_since(mark), t.backward_peak(mark)
     shared = rope_storages & first_saved.keys()
     first = _by_component(first_saved, shared)
-    if rp.model.n_layers == 1:
+    if m.n_layers == 1:
         input_saved = first_saved[x.storage].nbytes if x.storage in first_saved else 0
         return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
                        first_out=x1, last=x1)
+    typical = (kinds[-1][0], masked[1])
     mark = t.mark()
-    x2 = block_forward(_layer_replay(rp, masked[1]), x1, rope)
+    x2 = block_forward(_layer_replay(rp, typical), x1, rope)
     per_saved, backward_per = t.saved_since(mark), t.backward_peak(mark)
     shared = shared or (rope_storages & per_saved.keys())
     per = _by_component(per_saved, shared)
-    others = sum(1 for m in masked[2:] if m != masked[1])
+    others: dict[tuple[ModelShape, bool], int] = {}
+    for kind in kinds[1:]:
+        if kind != typical:
+            others[kind] = others.get(kind, 0) + 1
     extra = 0
-    if others:
+    for kind, count in others.items():
         mark = t.mark()
-        x2 = block_forward(_layer_replay(rp, not masked[1]), x2, rope)
+        x2 = block_forward(_layer_replay(rp, kind), x2, rope)
         other = sum(_by_component(t.saved_since(mark), shared).values())
-        extra = others * (other - sum(per.values()))
+        extra += count * (other - sum(per.values()))
     return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
                    backward_first=backward_first, backward_per=backward_per,
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,

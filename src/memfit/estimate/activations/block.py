@@ -8,7 +8,7 @@ i intermediate.
 
 from __future__ import annotations
 
-from memfit.estimate.activations import moe, ops
+from memfit.estimate.activations import latent, moe, ops
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import SymTensor
 from memfit.estimate.block_parts import Linear, LinearRole
@@ -20,7 +20,7 @@ def block_forward(rp: Replay, x: SymTensor, rope: Rope | None) -> SymTensor:
     m, lay, t = rp.model, rp.model.layout, rp.tape
     lins = block_linears_by_role(m)
     a_in = ops.norm(rp, x, "norm") if lay.pre_attn_norm else x
-    o = _attention(rp, a_in, lins, rope)
+    o = latent.latent_attention(rp, a_in, lins, rope) if m.latent is not None else _attention(rp, a_in, lins, rope)
     on_sum = m.parallel_residual and lay.parallel_dropout_on_sum  # Falcon: one dropout on o + f
     if not on_sum:
         o = ops.dropout(rp, o, m.attn_output_dropout, "residual/dropout")  # e.g. GPT-2 attn.resid_dropout
@@ -94,7 +94,7 @@ def _attention(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear], rope: R
 def _mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTensor:
     """The MLP sub-layer: (b, s, h) -> (b, s, h)."""
     m, t = rp.model, rp.tape
-    if m.layout.moe is not None:
+    if m.layout.moe is not None and m.is_moe:  # a MoE model's dense-MLP layers run the gated MLP below
         return moe.moe_mlp(rp, x, lins)
     if m.layout.mlp == "plain":
         f = ops.activation(rp, ops.linear(rp, x, lins["up"], "mlp/up"), "mlp/act")  # (b, s, i)

@@ -26,12 +26,18 @@ def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTens
     t, m = rp.tape, rp.model
     Tk, h = rp.batch * rp.seq * m.experts_per_token, m.hidden
     router = lins["router"]
+    moe_layout = m.layout.moe
+    sigmoid = moe_layout is not None and moe_layout.router == "sigmoid_group_topk"
+    x_router = t.cast(x, FP32_BYTES) if sigmoid else x  # DeepSeek: F.linear(x.type(float32), W.type(float32))
     if router.path in rp.adapted:
-        logits = _router_logits(rp, x, router)
+        logits = _router_logits(rp, x_router, router)
+    elif sigmoid:  # the router weight is kept fp32 (_keep_in_fp32_modules_strict) whatever the model's dtype
+        logits = t.linear(x_router, t.weight((m.n_experts, h), FP32_BYTES, rp.full), m.n_experts, "moe/router")
     else:
         logits = ops.linear(rp, x, router, "moe/router")
-    moe_layout = m.layout.moe
-    if moe_layout is not None and moe_layout.router == "topk_softmax":
+    if sigmoid:
+        probs = t.unary_saving_output(logits, "moe/router")  # sigmoid
+    elif moe_layout is not None and moe_layout.router == "topk_softmax":
         # GPT-OSS: topk of the logits (its indices), softmax over the k in the logits' dtype (its output)
         if logits.requires_grad:
             t.save(t.new((Tk,), INT64_BYTES, False), "moe/router")
@@ -43,15 +49,15 @@ def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTens
     if probs.requires_grad and probs is not logits:
         t.save(top_index, "moe/router")
         if m.router_renorm:  # top /= top.sum(-1, keepdim=True)
-            top = t.new((Tk,), FP32_BYTES, True)
-            t.save(t.new((rp.batch * rp.seq, 1), FP32_BYTES, True), "moe/router")  # the sum the top-k divide by
+            top = t.new((Tk,), probs.itemsize, True)
+            t.save(t.new((rp.batch * rp.seq, 1), probs.itemsize, True), "moe/router")  # the sum the top-k divide by
             t.save(top, "moe/router")
     weights = _routing_weights(rp, logits)
     for _ in range(2):  # sorted token ids, expert offsets
         t.save(t.new((Tk,), INT64_BYTES, False), "moe/dispatch")
     gate_up, down = lins["experts_gate_up"], lins["experts_down"]
     if gate_up.path in rp.adapted and down.path in rp.adapted:
-        return _adapted_experts(rp, x, gate_up, down, weights)
+        return _with_shared(rp, x, lins, _adapted_experts(rp, x, gate_up, down, weights))
     gathered = t.new((Tk, h), x.itemsize, x.requires_grad)
     gu = ops.linear(rp, gathered, gate_up, "moe/gate_up")  # (Tk, 2i)
     _autocast_expert_copies(rp, gathered, gate_up, "moe/gate_up")
@@ -67,7 +73,18 @@ def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTens
             # grouped path: gate_up_proj_bias[expert_ids_g] and down_proj_bias[...] index trained biases with the
             # sorted expert ids (Tk,) int64, one storage, which the index backward keeps
             t.save(t.new((Tk,), INT64_BYTES, False), "moe/dispatch")
-    return t.new((rp.batch, rp.seq, h), x.itemsize, f.requires_grad)
+    return _with_shared(rp, x, lins, t.new((rp.batch, rp.seq, h), x.itemsize, f.requires_grad))
+
+
+def _with_shared(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear], routed: SymTensor) -> SymTensor:
+    """The routed experts' output plus the shared experts' (``MoeLayout.shared_experts``: DeepSeek's
+    ``shared_experts(residuals)``, a gated MLP of ``ModelShape.shared_intermediate`` on the MoE block's input)."""
+    if not rp.model.shared_intermediate:
+        return routed
+    t = rp.tape
+    g = ops.activation(rp, ops.linear(rp, x, lins["shared_gate"], "moe/shared/gate"), "moe/shared/act")
+    f = t.mul(g, ops.linear(rp, x, lins["shared_up"], "moe/shared/up"), "moe/shared/mul")
+    return t.add(routed, ops.linear(rp, f, lins["shared_down"], "moe/shared/down"))
 
 
 def _gate(rp: Replay, gu: SymTensor, *, pending: int = 0) -> SymTensor:

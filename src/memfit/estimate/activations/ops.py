@@ -209,9 +209,16 @@ def rope(rp: Replay, x: SymTensor, cos_sin: Rope, component: str) -> SymTensor:
 def attention(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str = "attention", *,
               heads_first: bool = False) -> SymTensor:
     """q: (b, a, s, d); k, v: (b, kv, s, d) -> output (b, s, a*d). ``heads_first``: q is laid out
-    contiguous in (b, a, s, d) rather than as a transposed (b, s, a, d) view (see :func:`_fused`)."""
+    contiguous in (b, a, s, d) rather than as a transposed (b, s, a, d) view (see :func:`_fused`). v may be
+    narrower than q and k (multi-head latent attention): the output is (b, s, a * v's width)."""
     if rp.spec.attention == "eager":
         return _eager(rp, q, k, v, component)
+    if q.shape[-1] != v.shape[-1] and rp.spec.device == "cpu" and rp.spec.attention == "sdpa":
+        # torch 2.13's CPU flash kernel takes one head width for q, k and v (check_head_dim_size_cpp): the math path
+        t = rp.tape
+        if t.autocast:
+            q, k, v = (t.cast(x, t.compute_itemsize) for x in (q, k, v))
+        return _sdpa_math(rp, q, k, v, component, v_contiguous=False)
     return _fused(rp, q, k, v, component, heads_first=heads_first)
 
 
@@ -227,6 +234,7 @@ def _eager(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str)
         # Falcon without multi-query: v is a strided view of the fused qkv output, which the bmm's reshape copies
         v = t.new((b, a, s, d), v.itemsize, v.requires_grad)
     scores = t.matmul(q, k, (b, a, s, s), f"{component}/qk")  # (b, a, s, s)
+    d = v.shape[-1]  # the output's head width (v narrower than q and k under MLA)
     if lay.attention_sinks:
         return _eager_with_sinks(rp, scores, v, component)
     if m.attn_softcap:
@@ -277,7 +285,7 @@ def _fused(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: str,
     q's dtype, which the output projection saves when it trains (a real fp32 step of a 2-layer Phi-3, b1 s32
     a4 d16: 8,192 B a block)."""
     t, m, spec = rp.tape, rp.model, rp.spec
-    b, s, a, kv, d = rp.batch, rp.seq, m.n_heads, m.n_kv_heads, m.head_dim
+    b, s, a, kv, d = rp.batch, rp.seq, m.n_heads, m.n_kv_heads, v.shape[-1]
     if t.autocast:
         q, k, v = (t.cast(x, t.compute_itemsize) for x in (q, k, v))
     if m.layout.sdpa_direct and spec.attention == "sdpa" and a != kv:
@@ -343,11 +351,11 @@ def _sdpa_math(rp: Replay, q: SymTensor, k: SymTensor, v: SymTensor, component: 
     28,672 B per layer, as a real step saves.
     """
     t, m = rp.tape, rp.model
-    b, s, a, d = rp.batch, rp.seq, m.n_heads, m.head_dim
+    b, s, a, d, dq = rp.batch, rp.seq, m.n_heads, v.shape[-1], q.shape[-1]  # dq > d under MLA
     rg = q.requires_grad or k.requires_grad or v.requires_grad
-    qs = t.op((q,), t.new((b, a, s, d), FP32_BYTES, q.requires_grad))  # query_acc * scaling_factor
+    qs = t.op((q,), t.new((b, a, s, dq), FP32_BYTES, q.requires_grad))  # query_acc * scaling_factor
     kv_heads = m.n_kv_heads if broadcast_kv and b == 1 else a  # the bmm operand's heads (see above)
-    ks = t.op((k,), t.new((b, kv_heads, s, d), FP32_BYTES, k.requires_grad))  # key (repeat_interleave).T * scaling
+    ks = t.op((k,), t.new((b, kv_heads, s, dq), FP32_BYTES, k.requires_grad))  # key (repeat_interleave).T * scaling
     if ks.requires_grad:
         t.save(qs, f"{component}/qk")
     if qs.requires_grad:

@@ -24,6 +24,10 @@ class Architecture:
     - ``all_linear_moe``: PEFT's ``all-linear`` also adapts the MoE router and fused experts (through
       ``target_parameters``); PEFT 0.21.2 does so only for the model types transformers' weight conversion
       table maps (``peft.utils.transformers_weight_conversion``: Mixtral, Qwen2/3-MoE), not GPT-OSS.
+    - ``peft_expert_names``: the ``nn.Linear`` leaf names PEFT 0.21.2 converts into the fused experts' parameters
+      for this model type (``peft.utils.transformers_weight_conversion._convert_peft_config_moe``, the
+      ``qwen2_moe`` pattern: gate_proj, up_proj, down_proj): ``all-linear`` adapts the experts under those names
+      and never an ``nn.Linear`` of that name (a dense-MLP layer's or the shared experts' MLP).
     - ``attention_kernels``: the ``--attention`` values transformers builds the model with (a model class with
       ``_supports_sdpa = False`` has no sdpa path); ``kernel_note`` says why one is missing.
 
@@ -41,6 +45,7 @@ class Architecture:
     attention_kernels: tuple[Attention, ...] = ("eager", "sdpa", "flash")
     kernel_note: str = ""
     all_linear_moe: bool = True
+    peft_expert_names: tuple[str, ...] = ()
 
     def default_lora_targets(self) -> tuple[str, ...]:
         """PEFT's default targets; a MemfitError naming --targets where PEFT has none."""

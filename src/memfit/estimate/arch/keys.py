@@ -13,9 +13,10 @@ engine's config crosses (:func:`memfit.estimate.shape.validate_config`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from memfit.errors import MemfitError
+from memfit.estimate.block_parts import Latent
 
 # Upper bounds on a config's sizes. The largest published models stay far below them (Llama-3.1-405B:
 # 126 layers, hidden 16,384, intermediate 53,248, 128 heads, head_dim 128; Gemma 2: vocabulary 256,000;
@@ -201,6 +202,60 @@ class Dropout:
 _NO_DROPOUT = Dropout("", 0.0)
 
 
+def _count(r: ConfigReader, key: str, default: int, *, least: int) -> int:
+    value = r.get(key, default=default)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= SIZE_LIMITS["layers"]:
+        raise MemfitError(f"config field {key} must be an integer from {least} to {SIZE_LIMITS['layers']}, got "
+                          f"{value!r}: fix it in config.json")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LatentKeys:
+    """Multi-head latent attention's sizes under ``DeepseekV3Config``'s keys and defaults (q_lora_rank 1536: an
+    explicit null means one q projection, no bottleneck)."""
+
+    q_rank: int | None = 1536
+    kv_rank: int = 512
+    nope: int = 128
+    rope: int = 64
+    v: int = 128
+
+    def read(self, r: ConfigReader) -> Latent:
+        q_rank = (None if r.present("q_lora_rank") and r.get("q_lora_rank") is None
+                  else r.size("intermediate size", "q_lora_rank", default=self.q_rank or 0))
+        return Latent(q_rank=q_rank or 0, kv_rank=r.size("intermediate size", "kv_lora_rank", default=self.kv_rank),
+                      nope=r.size("head dimension", "qk_nope_head_dim", default=self.nope),
+                      rope=r.size("head dimension", "qk_rope_head_dim", default=self.rope),
+                      v=r.size("head dimension", "v_head_dim", default=self.v))
+
+
+@dataclass(frozen=True, slots=True)
+class DenseLayers:
+    """Which layers of a MoE model have a dense MLP of ``intermediate`` instead of the experts:
+
+    - ``first_k``: layers below ``first_k_dense_replace`` (DeepSeek-V3, default 3: ``layer_idx >=
+      first_k_dense_replace`` gets the MoE);
+    - ``listed_or_step``: Qwen3-MoE's ``mlp_only_layers`` (a list of indices, default []) and the layers i with
+      ``(i + 1) % decoder_sparse_step != 0`` (default 1: none).
+    """
+
+    rule: Literal["first_k", "listed_or_step"]
+    intermediate: Size
+    first_k_default: int = 3
+
+    def read(self, r: ConfigReader, n_layers: int) -> tuple[bool, ...]:
+        if self.rule == "first_k":
+            first = _count(r, "first_k_dense_replace", self.first_k_default, least=0)
+            return tuple(i < first for i in range(n_layers))
+        listed = r.get("mlp_only_layers", default=[])
+        if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in listed):
+            raise MemfitError(f"config field mlp_only_layers must be a list of layer indices, got {listed!r}: fix "
+                              "it in config.json")
+        step = _count(r, "decoder_sparse_step", 1, least=1)
+        return tuple(i in listed or (i + 1) % step != 0 for i in range(n_layers))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConfigKeys:
     """Every fact the estimate reads from an architecture's config. Defaults are ``LlamaConfig``'s.
@@ -232,7 +287,16 @@ class ConfigKeys:
       ``measure`` run it): Falcon's ``new_decoder_architecture``, Qwen3-MoE's dense layers.
     - ``router_renorm``: MoE top-k weights divided by their sum (Mixtral always; Qwen3-MoE's ``norm_topk_prob``).
     - ``scales_with_head_dim``: keys whose value is per head (Gemma 2's ``query_pre_attn_scalar``), which a
-      model scaled to another head_dim sets to it.
+      model scaled to another head_dim sets to it; ``scales_with_hidden``: sizes a model scaled to another hidden
+      size scales with it (DeepSeek's latent ranks, per-head widths and dense MLP).
+    - ``latent``: multi-head latent attention's keys (``BlockLayout.latent_attention``); ``dense_layers``: which
+      layers of a MoE model have a dense MLP (:class:`DenseLayers`); ``shared_experts``: the number of shared
+      experts (``MoeLayout.shared_experts``: DeepSeek's ``n_shared_experts``, default 1); ``expert_groups``: the
+      keys of the router's expert groups and of the groups each token picks from, with their defaults (DeepSeek's
+      ``n_group`` 8 and ``topk_group`` 4), which a config with other experts than the real model's
+      (:meth:`moe_sizes`) sets to one group; ``kv_heads_equal``: a multi-head
+      architecture's key/value-heads key that must equal the heads (DeepSeek's ``num_key_value_heads``, default
+      ``kv_heads_default``: transformers repeats the expanded keys otherwise), which :meth:`write` sets to them.
     """
 
     layers: tuple[str, ...] = ("num_hidden_layers", "n_layer", "num_layers")
@@ -274,6 +338,12 @@ class ConfigKeys:
     attn_residual_dropout: Dropout | None = None
     not_modelled: tuple[tuple[str, Any, str], ...] = ()
     router_renorm: Flag = Flag((), True)
+    scales_with_hidden: tuple[str, ...] = ()
+    latent: LatentKeys | None = None
+    dense_layers: DenseLayers | None = None
+    shared_experts: Size | None = None
+    expert_groups: tuple[tuple[str, int], ...] = ()
+    kv_heads_equal: str = ""
 
     def dropout_fields(self) -> dict[str, tuple[str, float]]:
         """ModelShape dropout field -> (config key, the config class's default), for the dropouts applied."""
@@ -292,7 +362,8 @@ class ConfigKeys:
         """
         if self.experts is None or self.experts_per_token is None:
             return {}
-        return {self.experts.names[0]: experts, self.experts_per_token.names[0]: per_token}
+        groups = {key: 1 for key, _ in self.expert_groups}  # DeepSeek's n_group / topk_group: one group of them all
+        return {self.experts.names[0]: experts, self.experts_per_token.names[0]: per_token, **groups}
 
     def write(self, *, layers: int, hidden: int, heads: int, kv_heads: int | None = None,
               intermediate: int | None = None, vocab: int | None = None,
@@ -306,6 +377,8 @@ class ConfigKeys:
         out: dict[str, Any] = {self.layers[0]: layers, self.hidden[0]: hidden, self.heads[0]: heads}
         if kv_heads is not None and self.kv_heads:
             out[self.kv_heads[0]] = kv_heads
+        if self.kv_heads_equal:
+            out[self.kv_heads_equal] = heads
         if intermediate is not None:
             out[self.intermediate.names[0]] = intermediate
         if vocab is not None:

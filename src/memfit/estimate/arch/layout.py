@@ -33,7 +33,7 @@ PositionKind = Literal["rotary", "learned"]
 QkNorm = Literal["none", "head", "full"]
 SoftmaxDtype = Literal["fp32", "input"]
 SlidingLayers = Literal["none", "all", "alternate", "after_max_window_layers", "pattern"]
-RouterKind = Literal["softmax_topk_renorm", "topk_softmax"]
+RouterKind = Literal["softmax_topk_renorm", "topk_softmax", "sigmoid_group_topk"]
 ExpertGate = Literal["swiglu", "clamped_swiglu"]
 LayerType = Literal["full", "sliding"]
 NormWeight = Literal["after_cast", "before_cast", "one_plus_before_cast"]
@@ -62,6 +62,14 @@ class MoeLayout:
     ``up.clamp(-l, l)``, ``(up + 1) * gate * sigmoid(alpha * gate)`` on the interleaved halves, which keeps per
     routed row the gate_up output (2i, both clamps' input) and four (i) tensors (clamped gate, sigmoid, up + 1,
     the glu) where SwiGLU keeps one.
+
+    DeepSeek-V3 (``transformers/models/deepseek_v3``): ``router="sigmoid_group_topk"`` (an fp32 ``F.linear`` of
+    ``x.float()``, a sigmoid over the E logits (saved), the group-limited top-k on the sigmoid plus
+    ``e_score_correction_bias`` (indices only: nothing of that search outlives the router), ``gather`` of the k
+    scores (its index saved), their renormalisation with ``norm_topk_prob`` and the scaling by
+    ``routed_scaling_factor`` (a Python float: saves nothing)); ``shared_experts``: a gated MLP of
+    ``moe_intermediate_size * n_shared_experts`` (``ModelShape.shared_intermediate``) on the block's MLP input,
+    added to the routed experts' output.
     """
 
     router: RouterKind = "softmax_topk_renorm"
@@ -69,6 +77,7 @@ class MoeLayout:
     weights_in_logits_dtype: bool = False
     bias: bool = False
     gate: ExpertGate = "swiglu"
+    shared_experts: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,6 +132,11 @@ class BlockLayout:
       layers from ``max_window_layers`` on), ``pattern`` (Gemma 3: every ``sliding_pattern``-th layer full, the
       others sliding, i.e. layer i slides when (i + 1) % pattern != 0), ``none``. A config's own ``layer_types``
       list wins.
+    - ``latent_attention``: multi-head latent attention (DeepSeek-V2/V3: :class:`~memfit.estimate.block_parts.
+      Latent`): q = q_b(q_a_norm(q_a(x))) (or one q projection), a latent kv_a(x) split into the normed kv part
+      and one rope part shared by the heads, k and v from kv_b(latent); rope on the last ``rope`` columns of q and
+      k (``head_dim`` is the rope width, as ``DeepseekV3Config`` sets it); v narrower than q and k, which sends CPU
+      sdpa to its math path and makes flash pad v.
     - ``head_bias``: lm_head has a bias (V parameters; Phi's ``nn.Linear(h, V, bias=True)``), also when the
       weight is tied to the embedding.
     - ``scalar_multipliers``: Granite's µP scalars, each a Python float multiplying a tensor into a new one that
@@ -171,3 +185,4 @@ class BlockLayout:
     bias_add_promotes: bool = False
     rotary_half_tables: bool = False
     attention_sinks: bool = False
+    latent_attention: bool = False

@@ -34,6 +34,17 @@ class BlockNames:
     post_mlp_norm: str = "post_feedforward_layernorm"
     sinks: str = "self_attn.sinks"  # a parameter of the attention (attention_sinks)
     extras: tuple[str, ...] = ("mlp.act_fn",)  # parameter-free submodules: activations, dropouts
+    # multi-head latent attention (BlockLayout.latent_attention) and MoE shared experts (MoeLayout.shared_experts)
+    q_a: str = "self_attn.q_a_proj"
+    q_b: str = "self_attn.q_b_proj"
+    kv_a: str = "self_attn.kv_a_proj_with_mqa"
+    kv_b: str = "self_attn.kv_b_proj"
+    q_a_norm: str = "self_attn.q_a_layernorm"
+    kv_a_norm: str = "self_attn.kv_a_layernorm"
+    shared_gate: str = "mlp.shared_experts.gate_proj"
+    shared_up: str = "mlp.shared_experts.up_proj"
+    shared_down: str = "mlp.shared_experts.down_proj"
+    dense_extras: tuple[str, ...] = ("mlp.act_fn",)  # a MoE model's dense-MLP layers' parameter-free submodules
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

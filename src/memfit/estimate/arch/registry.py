@@ -26,14 +26,15 @@ gemma3_text    Gemma 2's layout + ``qk_norm="head"`` (with the Gemma offset) + `
                *sliding_layers="pattern"* (``sliding_window_pattern``), *rope_per_layer_type* (two cos/sin
                pairs) (registered below, issue 13)
 qwen3_moe      registered: Qwen3's attention + ``MoeLayout(weights_in_logits_dtype=True)``, *router_renorm* (a key:
-               ``norm_topk_prob``); dense layers (``mlp_only_layers``, ``decoder_sparse_step``) refused
-               (``not_modelled``: one block kind per model; a per-layer MLP kind, replayed once per kind, is next)
+               ``norm_topk_prob``); dense layers (``mlp_only_layers``, ``decoder_sparse_step``): *dense_layers* (a
+               per-layer MLP kind: ``ModelShape.layer_shape``, replayed once per kind)
 gpt_oss        registered: ``norm_weight="before_cast"``, ``sliding_layers`` from ``layer_types``; *attention_sinks*
                (a (a,) parameter: ``ModelShape.block_params``; a concatenated column in eager),
                *rotary_half_tables*; ``MoeLayout(router="topk_softmax", bias=True, gate="clamped_swiglu")``;
                *all_linear_moe=False* (PEFT's all-linear leaves its experts alone)
-deepseek_v3    *attention="mla"* (q_a/q_b, kv_a/kv_b projections and their norms), ``MoeLayout`` with *shared
-               experts* and *dense-first layers* (``first_k_dense_replace``)
+deepseek_v3    registered: *latent_attention* (q_a/q_b or q_proj, kv_a/kv_b projections and their norms; sizes in
+               ``ConfigKeys.latent``), ``MoeLayout(router="sigmoid_group_topk", shared_experts=True)``, *dense_layers*
+               ``first_k``, *peft_expert_names* (PEFT's qwen2_moe conversion of gate/up/down_proj)
 =============  ============================================================================================
 """
 
@@ -42,13 +43,14 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.estimate.arch.architecture import Architecture
-from memfit.estimate.arch.keys import Cap, ConfigKeys, Dropout, Flag, Real, Size, Text, Window
+from memfit.estimate.arch.keys import Cap, ConfigKeys, DenseLayers, Dropout, Flag, LatentKeys, Real, Size, Text, Window
 from memfit.estimate.arch.layout import BlockLayout, MoeLayout
 from memfit.estimate.arch.names import BlockNames, ModelNames, ModuleNames
 
 _SOURCE = "transformers/models/{0}/modeling_{0}.py (transformers 5.24.0)"
 _NO_BIAS = Flag((), False)  # the projections' bias is fixed in the modeling code, not read from the config
 _QV = ("q_proj", "v_proj")
+_QWEN2_MOE_EXPERTS = ("gate_proj", "up_proj", "down_proj")  # PEFT's names for the fused experts (Architecture)
 
 
 def _qwen_keys(**kw: Any) -> ConfigKeys:
@@ -308,8 +310,8 @@ FALCON = Architecture(
 # Qwen3-30B-A3B's block (transformers/models/qwen3_moe): Qwen3's attention (q/k norms per head), Mixtral's sparse
 # MoE block with ``num_experts`` experts of ``moe_intermediate_size``, the top-k weights renormalised only with
 # ``norm_topk_prob`` and cast back to the logits' dtype; the sliding window (with ``use_sliding_window``) on every
-# layer. Dense layers (``mlp_only_layers``, ``decoder_sparse_step`` > 1: an MLP of ``intermediate_size``) are
-# refused by the estimate (every published Qwen3-MoE config has none).
+# layer. Dense layers (``mlp_only_layers``, ``decoder_sparse_step`` > 1) get Qwen3MoeMLP of ``intermediate_size``
+# (``Qwen3MoeDecoderLayer.__init__``): ``ConfigKeys.dense_layers``.
 QWEN3_MOE = Architecture(
     model_type="qwen3_moe", source=_SOURCE.format("qwen3_moe"),
     layout=BlockLayout(qk_norm="head", moe=MoeLayout(weights_in_logits_dtype=True), sliding_layers="all"),
@@ -320,9 +322,10 @@ QWEN3_MOE = Architecture(
                     experts=Size("experts", ("num_experts",), 128),
                     experts_per_token=Size("experts per token", ("num_experts_per_tok",), 8),
                     router_renorm=Flag(("norm_topk_prob",), False),
-                    not_modelled=(("mlp_only_layers", [], "dense MLP layers among the MoE ones"),
-                                  ("decoder_sparse_step", 1, "dense MLP layers among the MoE ones"))),
+                    dense_layers=DenseLayers("listed_or_step",
+                                             Size("intermediate size", ("intermediate_size",), 6144))),
     names=ModuleNames(block=BlockNames(extras=("mlp.experts.act_fn",))), lora_targets=None,
+    peft_expert_names=_QWEN2_MOE_EXPERTS,
 )
 
 _GPT_OSS_BIAS = Flag(("attention_bias",), True)
@@ -350,4 +353,31 @@ GPT_OSS = Architecture(
     all_linear_moe=False,
 )
 
-REGISTRY.update((a.model_type, a) for a in (FALCON, QWEN3_MOE, GPT_OSS))
+# DeepSeek-V3 (and Moonlight, Kimi-style configs of model_type deepseek_v3; transformers/models/deepseek_v3):
+# Llama's block with multi-head latent attention (``latent_attention``: q_a/q_b or q_proj, kv_a_proj_with_mqa, the
+# q_a/kv_a RMSNorms, kv_b, o; rope on the last qk_rope_head_dim columns, interleaved), a MoE MLP with a sigmoid,
+# group-limited router, fused experts (the grouped_mm path in bf16) and shared experts, and a dense MLP of
+# ``intermediate_size`` in the first ``first_k_dense_replace`` layers. Multi-head only (key/value heads = heads: MLA
+# expands its latent to every head; num_key_value_heads, 128 when absent, must equal the heads). The multi-token
+# prediction layers (``num_nextn_predict_layers``) are not built by DeepseekV3ForCausalLM. PEFT 0.21.2 has no
+# default LoRA targets for it.
+DEEPSEEK_V3 = Architecture(
+    model_type="deepseek_v3", source=_SOURCE.format("deepseek_v3"),
+    layout=BlockLayout(latent_attention=True, moe=MoeLayout(router="sigmoid_group_topk", weights_in_logits_dtype=True,
+                                                             shared_experts=True)),
+    keys=ConfigKeys(kv_heads=(), kv_heads_equal="num_key_value_heads", kv_heads_default=128,
+                    positions=Size("positions", ("max_position_embeddings",), 4096),
+                    intermediate=Size("intermediate size", ("moe_intermediate_size",), 2048),
+                    experts=Size("experts", ("n_routed_experts",), 256),
+                    experts_per_token=Size("experts per token", ("num_experts_per_tok",), 8),
+                    router_renorm=Flag(("norm_topk_prob",), True), latent=LatentKeys(),
+                    dense_layers=DenseLayers("first_k", Size("intermediate size", ("intermediate_size",), 18432)),
+                    shared_experts=Size("experts", ("n_shared_experts",), 1),
+                    expert_groups=(("n_group", 8), ("topk_group", 4)),
+                    scales_with_hidden=("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                        "v_head_dim", "intermediate_size")),
+    names=ModuleNames(block=BlockNames(extras=("mlp.experts.act_fn", "mlp.shared_experts.act_fn"))),
+    lora_targets=None, lora_hint="kv_b_proj,o_proj", peft_expert_names=_QWEN2_MOE_EXPERTS,
+)
+
+REGISTRY.update((a.model_type, a) for a in (FALCON, QWEN3_MOE, GPT_OSS, DEEPSEEK_V3))
