@@ -57,7 +57,7 @@ def lab_command(
     from memfit.cli.measure import pick_device
     from memfit.lab import bundled_data, cpu_setup, cuda_setup, run_lab
     from memfit.report import console, err_console, print_json
-    from memfit.report.lab import lab_table
+    from memfit.report.lab import lab_commands, lab_table
 
     wanted = parse_reps(reps)
     check_html(html, force)
@@ -95,3 +95,6 @@ def lab_command(
         print_json(d)
         return
     console.print(lab_table(d))
+    console.print("reproduce:", highlight=False)
+    for line in lab_commands(d):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)

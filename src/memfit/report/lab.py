@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 VERDICT_STYLE = {"holds": "green", "holds with a different constant": "yellow", "does not hold here": "red",
@@ -26,16 +27,21 @@ def lab_heading(d: Mapping[str, Any]) -> str:
 
 
 def lab_table(d: Mapping[str, Any]) -> Table:
+    """Claim, measured, verdict per rep; the commands follow the table (:func:`lab_commands`), whole."""
     t = Table(title=lab_heading(d), show_lines=True, title_justify="left")
-    for name, kw in (("#", {"justify": "right"}), ("claim", {"ratio": 3}), ("measured", {"ratio": 4}),
-                     ("verdict", {"ratio": 1}), ("reproduce", {"ratio": 3})):
-        t.add_column(name, overflow="fold", **kw)  # type: ignore[arg-type]
+    for name, kw in (("#", {"justify": "right"}), ("claim", {"ratio": 3}), ("measured", {"ratio": 5}),
+                     ("verdict", {"ratio": 1})):
+        t.add_column(name, **kw)  # type: ignore[arg-type]
     for r in d["reps"]:
         style = VERDICT_STYLE.get(r["verdict"], "")
-        t.add_row(str(r["number"]), f"[bold]{r['title']}[/]\n{r['claim']}",
-                  f"{r['measured']} [dim]({r['how']}, {r['seconds']:.0f} s)[/]", f"[{style}]{r['verdict']}[/]",
-                  r["command"])
+        t.add_row(str(r["number"]), f"[bold]{escape(r['title'])}[/]\n{escape(r['claim'])}",
+                  f"{escape(r['measured'])} [dim]({r['how']}, {r['seconds']:.0f} s)[/]", f"[{style}]{r['verdict']}[/]")
     return t
+
+
+def lab_commands(d: Mapping[str, Any]) -> list[str]:
+    """``rep N: COMMAND``, one line per rep (printed unwrapped: a path or a flag is never cut)."""
+    return [f"rep {r['number']}: {r['command']}" for r in d["reps"]]
 
 
 def lab_markdown(d: Mapping[str, Any]) -> str:
