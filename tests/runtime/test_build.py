@@ -75,7 +75,7 @@ def test_checkpointing_is_applied_to_the_decoder_layers() -> None:
 @pytest.mark.parametrize(("fields", "device", "message"), [
     ({"method": "qlora"}, "cpu", "needs bitsandbytes and CUDA"),
     ({"attention": "flash"}, "cpu", "--attention flash needs CUDA"),
-    ({"checkpointing": "sqrt"}, "cpu", "cannot be measured"),
+    ({"checkpointing": "sqrt", "offload": True}, "cpu", "drop --offload"),
     ({"loss": "chunked"}, "cpu", "standard loss only"),
 ])
 def test_settings_the_real_model_cannot_run_are_refused(fields: dict[str, object], device: str,

@@ -177,7 +177,6 @@ def test_checkpointing_lowers_the_traced_peak_on_a_deep_narrow_model() -> None:
 @pytest.mark.parametrize("fields, fix", [
     ({"method": "qlora"}, "estimate"),
     ({"optimizer": "adamw-8bit"}, "estimate"),
-    ({"checkpointing": "sqrt"}, "full"),
     ({"loss": "chunked"}, "chunked"),
 ])
 def test_unsupported_settings_name_the_alternative(fields: dict[str, object], fix: str) -> None:

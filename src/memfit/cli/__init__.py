@@ -41,6 +41,7 @@ from memfit.cli import lengths as _lengths  # noqa: E402,F401  isort: skip
 from memfit.cli import pack as _pack  # noqa: E402,F401  isort: skip
 from memfit.cli import fit as _fit  # noqa: E402,F401  isort: skip
 from memfit.cli import report as _report  # noqa: E402,F401  isort: skip
+from memfit.cli import lab as _lab  # noqa: E402,F401  isort: skip
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_USAGE", "Interrupted", "app", "json_requested", "main"]
 

@@ -18,7 +18,7 @@ from memfit.estimate import ModelShape, RunSpec, resolve_config
 from memfit.estimate.lora import check_modules_to_save
 from memfit.report import console, err_console, print_config_import, print_json
 
-MEASURE_CHECKPOINTING = ("none", "full", "every-k", "both")
+MEASURE_CHECKPOINTING = ("none", "full", "every-k", "sqrt", "both")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
@@ -66,7 +66,7 @@ def measure_command(
     batch: Annotated[str, typer.Option("--batch", "-b", help="micro-batch sizes, e.g. 1,2,4")] = "1,2,4",
     seq: Annotated[str, typer.Option("--seq", "-s", help="sequence lengths, e.g. 512,1024")] = "512",
     checkpointing: Annotated[str, typer.Option(
-        "--checkpointing", help="none | full | every-k | both (= none and full, with the trade)")] = "none",
+        "--checkpointing", help="none | full | every-k | sqrt | both (= none and full, with the trade)")] = "none",
     steps: Annotated[int, typer.Option("--steps", help="timed steps per point (median reported)")] = 3,
     device: Annotated[str | None, typer.Option(
         "--device", help="cpu | cuda (default: cuda when available, else cpu)")] = None,

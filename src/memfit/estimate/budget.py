@@ -200,8 +200,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     # backward of the last block: the other blocks' saved tensors (or the checkpoints, plus the segment
     # being recomputed) + the block's own backward (saved + gradients at its widest op)
     if act.plain_blocks:
-        # every-k: the last block is checkpointed when k divides L, otherwise it kept everything
-        last_ckpt = n % spec.checkpoint_every == 0
+        # every-k: the last block (index L-1) is checkpointed when k divides L-1, otherwise it kept everything
+        last_ckpt = (n - 1) % spec.checkpoint_every == 0
         others = act.layers - (act.input_saved if last_ckpt else act.per_layer)
         last_grads = st.grads_per_layer
     elif seg:
@@ -221,9 +221,7 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     first_others = act.layer_input - act.input_saved if seg and not spec.offload else 0
     if seg and spec.offload:  # a leaf block-0 input stays on the device; the recompute input as above
         first_others = act.leaf_input - (0 if host_copy_back else act.input_saved)
-    if act.plain_blocks:
-        first_others = 0  # block 0 is never the k-th: it kept everything, nothing else is left
-    elif seg and seg > 1:
+    if seg and seg > 1:
         first_others += (min(seg, n) - 1) * act.per_layer
     out.append(Moment(phase="backward", label="backward: first block",
                       parts={**base, ACTS: first_others + other_saved, GRADS: g_head + g_layers,

@@ -15,8 +15,11 @@ spec field          what the model gets
                     bitsandbytes and CUDA.
 ``targets``         ``()`` = PEFT's default for the architecture, ``("all-linear",)`` = ``"all-linear"``.
 ``checkpointing``   ``full``: every decoder layer, non-reentrant (``use_reentrant=False``);
-                    ``every-k``: one decoder layer in ``checkpoint_every``; ``offload`` keeps the
-                    checkpoints in host memory (transformers' ``offload=True``, :mod:`memfit.runtime.offload`).
+                    ``every-k``: one decoder layer in ``checkpoint_every`` (transformers'
+                    ``every_n_layers``: layers 0, k, 2k, ...); ``sqrt``: segments of ceil(sqrt(L))
+                    consecutive layers, each one checkpoint (:mod:`memfit.runtime.segments`);
+                    ``offload`` keeps the checkpoints in host memory (transformers' ``offload=True``,
+                    :mod:`memfit.runtime.offload`).
 ``attention``       ``eager`` | ``sdpa`` | ``flash`` (= ``flash_attention_2``).
 ==================  =====================================================================================
 
@@ -114,9 +117,9 @@ def check_spec(spec: RunSpec, device: str) -> None:
             raise MemfitError("--method qlora needs bitsandbytes and CUDA to measure "
                               "(pip install bitsandbytes on a CUDA machine); use --method lora here, "
                               "or `memfit estimate` for the QLoRA prediction")
-    if spec.checkpointing == "sqrt":
-        raise MemfitError("--checkpointing sqrt (Chen et al. segments) cannot be measured: transformers "
-                          "checkpoints whole decoder layers; use full or every-k")
+    if spec.checkpointing == "sqrt" and spec.offload:
+        raise MemfitError("--offload runs transformers' per-layer checkpoints in host memory; with --checkpointing "
+                          "sqrt (memfit's segments) it is not measured: drop --offload, or use full or every-k")
     if spec.attention == "flash" and device != "cuda":
         raise MemfitError("--attention flash needs CUDA and flash-attn; use --attention sdpa on CPU")
     if spec.attention == "flash" and importlib.util.find_spec("flash_attn") is None:
@@ -195,8 +198,16 @@ def _apply_trl_head(model: torch.nn.Module) -> None:
 def apply_checkpointing(model: torch.nn.Module, spec: RunSpec) -> None:
     """Activation checkpointing as ``spec.checkpointing`` asks, the way transformers applies it: non-reentrant
     (``use_reentrant=False``), ``full`` on every decoder layer, ``every-k`` on one layer in
-    ``spec.checkpoint_every``, ``offload`` keeping the checkpoints in host memory."""
+    ``spec.checkpoint_every``, ``offload`` keeping the checkpoints in host memory; ``sqrt``: segments of
+    :func:`~memfit.estimate.activations.checkpoint_segment` layers (the estimate's ceil(sqrt(L))), one
+    checkpoint each (:mod:`memfit.runtime.segments`)."""
     if spec.checkpointing == "none":
+        return
+    if spec.checkpointing == "sqrt":
+        from memfit.estimate.activations import checkpoint_segment
+        from memfit.runtime.segments import decoder_layers, enable_segment_checkpointing
+
+        enable_segment_checkpointing(model, checkpoint_segment(spec, len(decoder_layers(model))))
         return
     every = spec.checkpoint_every if spec.checkpointing == "every-k" else 1
     kwargs = {"use_reentrant": False}

@@ -87,9 +87,6 @@ def check_trace_spec(spec: RunSpec) -> None:
     if spec.optimizer == "adamw-8bit":
         raise MemfitError("trace cannot run --optimizer adamw-8bit (bitsandbytes has no fake-tensor support); "
                           "use `memfit estimate` for it, or trace --optimizer adamw")
-    if spec.checkpointing == "sqrt":
-        raise MemfitError("trace runs transformers' per-layer checkpointing: use --checkpointing full or "
-                          "every-k (`memfit estimate` models sqrt segments)")
     if spec.loss == "chunked":
         raise MemfitError("trace runs transformers' standard loss or TRL's (--loss trl); drop --loss chunked "
                           "(`memfit estimate` models the chunked loss)")

@@ -107,6 +107,9 @@ class MatrixRow:
         targets = ",".join(s.targets) or "default"
         method = s.method if s.method == "full" else f"lora[{targets}]"
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
+        if s.checkpointing in ("sqrt", "every-k"):  # segments / one block in k: the depth matters, say it
+            mode = "sqrt" if s.checkpointing == "sqrt" else f"every{s.checkpoint_every}"
+            ck = f"ckpt-{mode} L{self.shape.n_layers}"
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
         w = self.shape.sliding_window
         window = f" window {w}" if w is not None and w <= s.seq else ""  # sliding layers past their window

@@ -13,7 +13,7 @@ from memfit.estimate.activations.checkpointing import checkpoint_segment, checkp
     ("none", 2, 32, 0),
     ("full", 2, 32, 1),
     ("every-k", 2, 3, 1),
-    ("every-k", 5, 3, 0),  # k > L: no block is the k-th
+    ("every-k", 5, 3, 1),  # k > L: block 0 alone (transformers 5.24: layer_index % every_n_layers == 0)
     ("sqrt", 2, 32, 6),  # 5*5 = 25 < 32 <= 36 = 6*6
     ("sqrt", 2, 36, 6),
     ("sqrt", 2, 37, 7),
@@ -28,12 +28,15 @@ def test_kept_inputs_and_masks() -> None:
     - full: 4 inputs, 1,024 B; with eager attention each checkpointed block also keeps its (1, 1, 8, 8) bf16
       mask argument, one tensor for all, 128 B: 1,152 B;
     - sqrt: segments of 2, ceil(4/2) = 2 inputs, 512 B;
-    - every-k, k = 2: 4 // 2 = 2 checkpointed blocks, 512 B, the other 2 plain;
+    - every-k, k = 2: blocks 0 and 2 checkpointed (transformers 5.24.0 ``_set_gradient_checkpointing``:
+      ``layer_index % every_n_layers == 0``), 512 B, the other 2 plain;
+    - every-k, k = 3: blocks 0 and 3, 512 B, 2 plain (the old floor(4/3) = 1 block left one out);
     - offload: the inputs live in host memory, 0 B (the mask stays: 128 B under eager).
     """
     shape = model(LLAMA, num_hidden_layers=4)
     cases = [({"checkpointing": "full"}, 1, 1024, 0), ({"checkpointing": "full", "attention": "eager"}, 1, 1152, 0),
              ({"checkpointing": "sqrt"}, 2, 512, 0), ({"checkpointing": "every-k"}, 1, 512, 2),
+             ({"checkpointing": "every-k", "checkpoint_every": 3}, 1, 512, 2),
              ({"checkpointing": "full", "offload": True, "attention": "eager"}, 1, 128, 0)]
     for fields, segment, kept, plain in cases:
         ck = checkpoints(shape, RunSpec(batch=1, seq=8, **fields), layer_input=256, mask_itemsize=2)

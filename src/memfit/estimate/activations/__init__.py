@@ -71,8 +71,8 @@ class ActivationBytes:
     @property
     def layers(self) -> int:
         """Saved bytes of all blocks at the end of the forward."""
-        if self.plain_blocks:
-            return self.checkpoints + self.first_layer + (self.plain_blocks - 1) * self.per_layer
+        if self.plain_blocks:  # every-k: block 0 is a checkpoint, the plain blocks are later ones
+            return self.checkpoints + self.plain_blocks * self.per_layer
         if self.segment:
             return self.checkpoints
         return self.first_layer + (self.n_layers - 1) * self.per_layer + self.layers_extra

@@ -19,7 +19,9 @@ from memfit.estimate.spec import RunSpec
 def checkpoint_segment(spec: RunSpec, n_layers: int) -> int:
     """Blocks per checkpointed segment: 0 without checkpointing, 1 for ``full`` (transformers checkpoints
     every decoder layer) and for the checkpointed blocks of ``every-k`` (one block in k, the others not
-    checkpointed; 0 when k > L), ceil(sqrt(L)) for ``sqrt`` (Chen et al. 2016, section 4).
+    checkpointed: transformers 5.24.0's ``every_n_layers``, blocks 0, k, 2k, ..., so block 0 is always one),
+    ceil(sqrt(L)) for ``sqrt`` (Chen et al. 2016, section 4: segments of ceil(sqrt(L)) consecutive blocks,
+    each one checkpoint; :mod:`memfit.runtime.segments` runs them).
 
     >>> checkpoint_segment(RunSpec(checkpointing="sqrt"), 32), checkpoint_segment(RunSpec(checkpointing="full"), 32)
     (6, 1)
@@ -29,7 +31,7 @@ def checkpoint_segment(spec: RunSpec, n_layers: int) -> int:
     if spec.checkpointing == "full":
         return 1
     if spec.checkpointing == "every-k":
-        return 1 if spec.checkpoint_every <= n_layers else 0
+        return 1
     k = 1
     while k * k < n_layers:
         k += 1
@@ -59,7 +61,8 @@ def checkpoints(model: ModelShape, spec: RunSpec, *, layer_input: int, mask_item
     ``enable_input_require_grads``): the graph's AccumulateGrad node holds it to the end of the backward, so it
     stays on the device too (measured: LoRA on Llama, 4 layers, offload frees 3 block inputs, not 4).
 
-    ``full``: L inputs; ``sqrt``: ceil(L / segment); ``every-k``: floor(L / k), the other blocks plain.
+    ``full``: L inputs; ``sqrt``: ceil(L / segment); ``every-k``: ceil(L / k) (blocks 0, k, 2k, ...), the other
+    blocks plain.
     Plus ``len(set(layer_types))`` masks of b*s*s elements (``mask_itemsize``: the residual dtype) when
     the kernel takes a mask (one, ``sliding_masks``, when only the sliding layers' sdpa calls take one).
     """
@@ -69,9 +72,10 @@ def checkpoints(model: ModelShape, spec: RunSpec, *, layer_input: int, mask_item
         return Checkpoints(segment=0, kept_bytes=0, plain_blocks=0)
     kept, plain = -(-n // seg), 0
     if spec.checkpointing == "every-k":
-        # one block in k is checkpointed (torchtitan's / torchtune's selective "every k-th layer"): blocks
-        # k, 2k, ... keep only their input; the others keep everything they save
-        kept = n // spec.checkpoint_every
+        # one block in k is checkpointed, as transformers 5.24.0's ``_set_gradient_checkpointing`` sets it
+        # (``layer_index % every_n_layers == 0``): blocks 0, k, 2k, ... keep only their input, the others keep
+        # everything they save
+        kept = -(-n // spec.checkpoint_every)
         plain = n - kept
     kept_bytes = (layer_input if leaf_input else 0) if spec.offload else kept * layer_input
     host = kept * layer_input if spec.offload else 0

@@ -38,7 +38,7 @@ def fit_line(fit: LineFit, x_from: float, x_to: float) -> tuple[tuple[float, flo
 
 
 def sweep_chart(series: Sequence[SweepSeries], capacity: Capacity | None = None,
-                title: str = "peak against micro-batch") -> Html:
+                title: str = "peak against micro-batch", x_title: str = "micro-batch (samples)") -> Html:
     left, top, plot_h = 70, 18, 260
     xmax_data = max(b for s in series for b, _ in s.points)
     xs_top = nice_max(xmax_data, 6)
@@ -53,7 +53,7 @@ def sweep_chart(series: Sequence[SweepSeries], capacity: Capacity | None = None,
     body = [y_axis_bytes(axis, ys, x0, x1)]
     for t in nice_ticks(0, xs_top, 6):
         body.append(el("text", f"{t:g}", x=xs(t), y=y_bottom + 16, text_anchor="middle", class_="tick"))
-    body.append(el("text", "micro-batch (samples)", x=(x0 + x1) / 2, y=y_bottom + 36, text_anchor="middle",
+    body.append(el("text", x_title, x=(x0 + x1) / 2, y=y_bottom + 36, text_anchor="middle",
                    class_="axislabel"))
     for s in series:
         if s.fit is not None:

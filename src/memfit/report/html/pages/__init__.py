@@ -7,7 +7,7 @@ from typing import Any
 
 from memfit.errors import MemfitError
 
-COMMANDS = ("estimate", "trace", "measure", "fit", "lengths")
+COMMANDS = ("estimate", "trace", "measure", "fit", "lengths", "lab")
 
 
 def detect_command(data: object) -> str:
@@ -22,6 +22,8 @@ def detect_command(data: object) -> str:
         raise MemfitError(f"the JSON is a {type(data).__name__}, not an object: pass the output of `memfit "
                           f"{{{','.join(COMMANDS)}}} --json`")
     keys = set(data)
+    if data.get("lab") is True and "reps" in keys:
+        return "lab"
     if data.get("engine") == "trace" or {"per_module", "saved_for_backward"} <= keys:
         return "trace"
     if {"runs", "checkpointing_trade"} <= keys:
@@ -43,12 +45,13 @@ def detect_command(data: object) -> str:
 def _renderers() -> dict[str, Callable[[Mapping[str, Any], str | None], str]]:
     from memfit.report.html.pages.estimate import estimate_page
     from memfit.report.html.pages.fit import fit_page
+    from memfit.report.html.pages.lab import lab_page
     from memfit.report.html.pages.lengths import lengths_page
     from memfit.report.html.pages.measure import measure_page
     from memfit.report.html.pages.trace import trace_page
 
     return {"estimate": estimate_page, "trace": trace_page, "measure": measure_page, "fit": fit_page,
-            "lengths": lengths_page}
+            "lengths": lengths_page, "lab": lab_page}
 
 
 def render_page(data: object, *, command: str | None = None, source: str | None = None) -> str:
