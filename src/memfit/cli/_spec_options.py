@@ -52,11 +52,21 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "padding_mask": (bool, typer.Option("--padding-mask/--no-padding-mask",
                                         help="batches carry a padding attention mask")),
     "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (fused linear cross-entropy)")),
-    "sharding": (str, typer.Option("--sharding", help="none | zero1 | zero2 | zero3: ZeRO stage the model states are "
-                                   "sharded with over --gpus (FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3); "
-                                   "figures are then per GPU")),
+    "sharding": (str, typer.Option("--sharding", help="none | ddp | zero1 | zero2 | zero3 | fsdp | hsdp: how the model "
+                                   "states are spread over --gpus (zero2 = FSDP2 reshard_after_forward=False, zero3 = "
+                                   "fsdp = FULL_SHARD, hsdp shards within a node); figures are then per GPU")),
     "gpus": (int, typer.Option("--gpus", help="data-parallel GPUs (the world size); with --sharding the model "
                                "states are divided over them, and fit may shard")),
+    "nodes": (int, typer.Option("--nodes", help="machines the --gpus are spread over (hsdp replicates across them)")),
+    "reshard_after_forward": (bool | None, typer.Option(
+        "--reshard-after-forward/--no-reshard-after-forward",
+        help="FSDP2's flag (default: off for zero2, on for zero3 / fsdp / hsdp)")),
+    "prefetch": (int, typer.Option("--prefetch", help="FSDP layers gathered ahead of the one computing (default 1)")),
+    "offload_params": (bool, typer.Option("--offload-params/--no-offload-params",
+                                          help="keep the sharded weights and gradients in host memory")),
+    "offload_optimizer": (bool, typer.Option("--offload-optimizer/--no-offload-optimizer",
+                                             help="keep the optimizer states and step in host memory")),
+    "bucket_mb": (int, typer.Option("--bucket-mb", help="DDP gradient bucket size in MiB (torch default 25)")),
 }
 
 # Flags that act only in some runs: given explicitly anywhere else, they would be silently ignored, so the
@@ -92,6 +102,10 @@ RUN_LIMITS: dict[str, tuple[int, str]] = {
     "rank": (65_536, "LoRA ranks of real runs stay at or below 1,024"),
     "alpha": (1_048_576, "LoRA alphas of real runs are a small multiple of the rank"),
     "checkpoint_every": (1_024, "a model has at most 1,024 layers (memfit's config limit)"),
+    "gpus": (1_048_576, "the largest clusters have ~10^5 GPUs"),
+    "nodes": (131_072, "the largest clusters have ~10^4 nodes"),
+    "prefetch": (1_024, "a model has at most 1,024 layers"),
+    "bucket_mb": (1_048_576, "a bucket of 1 TiB is past any GPU"),
 }
 
 _DEFAULTS = RunSpec()
