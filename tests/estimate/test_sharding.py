@@ -149,7 +149,7 @@ def test_offloaded_optimizer_moves_to_host_by_hand() -> None:
     6,022,695,936 B; the GPU's step keeps the weight and gradient shards and the inputs (2,007,565,312 x 2 +
     32,768)."""
     spec = RunSpec(method="full", precision="bf16", batch=1, seq=2048, sharding="zero3", gpus=8,
-                   offload_optimizer=True)
+                   cpu_offload_optimizer=True)
     est = estimate_memory(resolve_model("llama-3.1-8b"), spec)
     step = next(m for m in est.moments if m.phase == "optimizer")
     assert step.total == 2 * 2_007_565_312 + 32_768 and O not in step.parts

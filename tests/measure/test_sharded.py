@@ -58,7 +58,7 @@ def test_estimate_agrees_with_each_rank(two_ranks: dict[str, ShardedResult]) -> 
 @pytest.mark.parametrize("kw, match", [
     ({"method": "lora"}, "--method full"),
     ({"optimizer": "adafactor"}, "torch's own optimizers"),
-    ({"offload_optimizer": True}, "same memory"),
+    ({"cpu_offload_optimizer": True}, "same memory"),
     ({"grad_accum": 2}, "--grad-accum"),
 ])
 def test_unmeasurable_specs_are_refused_with_the_fix(kw: dict[str, object], match: str) -> None:
@@ -77,14 +77,16 @@ def test_cli_refuses_single_process_flags_under_sharding(capsys: pytest.CaptureF
     assert "Traceback" not in out.err and ("adafactor" in out.err or "adafactor" in json.dumps(out.out))
 
 
-def test_sharding_knobs_are_checked_where_the_spec_is_built() -> None:
+def test_sharding_knobs_are_checked_where_the_spec_is_built(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(MemfitError, match="add --nodes M"):
         RunSpec(method="full", sharding="hsdp", gpus=8)
     with pytest.raises(MemfitError, match="multiple of --nodes"):
         RunSpec(method="full", sharding="hsdp", gpus=6, nodes=4)
-    with pytest.raises(MemfitError, match="FSDP's flag"):
-        RunSpec(method="full", sharding="ddp", gpus=2, reshard_after_forward=False)
-    with pytest.raises(MemfitError, match="--offload-params"):
-        RunSpec(method="full", sharding="zero1", gpus=2, offload_params=True)
-    with pytest.raises(MemfitError, match="--offload-optimizer"):
-        RunSpec(method="full", sharding="ddp", gpus=2, offload_optimizer=True)
+    base = ["estimate", "llama-3.2-1b", "--method", "full", "--gpus", "2"]
+    for flags, match in ((["--sharding", "ddp", "--no-reshard-after-forward"], "FSDP's flag"),
+                         (["--sharding", "zero1", "--offload-params"], "--offload-params keeps"),
+                         (["--sharding", "ddp", "--offload-optimizer"], "--offload-optimizer offloads"),
+                         (["--sharding", "fsdp", "--bucket-mb", "50"], "DDP's bucket size")):
+        assert main([*base, *flags]) == 1
+        err = capsys.readouterr().err
+        assert match in err and "Traceback" not in err

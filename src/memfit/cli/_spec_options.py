@@ -62,9 +62,9 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
         "--reshard-after-forward/--no-reshard-after-forward",
         help="FSDP2's flag (default: off for zero2, on for zero3 / fsdp / hsdp)")),
     "prefetch": (int, typer.Option("--prefetch", help="FSDP layers gathered ahead of the one computing (default 1)")),
-    "offload_params": (bool, typer.Option("--offload-params/--no-offload-params",
+    "cpu_offload_params": (bool, typer.Option("--offload-params/--no-offload-params",
                                           help="keep the sharded weights and gradients in host memory")),
-    "offload_optimizer": (bool, typer.Option("--offload-optimizer/--no-offload-optimizer",
+    "cpu_offload_optimizer": (bool, typer.Option("--offload-optimizer/--no-offload-optimizer",
                                              help="keep the optimizer states and step in host memory")),
     "bucket_mb": (int, typer.Option("--bucket-mb", help="DDP gradient bucket size in MiB (torch default 25)")),
 }
@@ -87,10 +87,21 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
     "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "
                          "every-k; with any other --checkpointing it does nothing: add --checkpointing every-k "
                          "or drop it"),
+    "reshard_after_forward": (lambda s: s.sharding in _FSDP, "--reshard-after-forward is FSDP's flag: it needs "
+                              "--sharding fsdp, hsdp, zero2 or zero3"),
+    "prefetch": (lambda s: s.sharding in _FSDP, "--prefetch counts FSDP's gathered layers: it needs --sharding fsdp, "
+                 "hsdp, zero2 or zero3"),
+    "cpu_offload_params": (lambda s: s.sharding in ("zero3", "fsdp", "hsdp"), "--offload-params keeps sharded "
+                           "weights on the host: it needs --sharding fsdp, hsdp or zero3"),
+    "cpu_offload_optimizer": (lambda s: s.sharding not in ("none", "ddp"), "--offload-optimizer offloads the sharded "
+                          "optimizer states: it needs --sharding zero1, zero2, zero3, fsdp or hsdp"),
+    "bucket_mb": (lambda s: s.sharding in ("ddp", "zero1"), "--bucket-mb is DDP's bucket size: it needs --sharding "
+                  "ddp or zero1"),
 }
 # which spec field decides whether each flag above acts (a command that declares that field itself, such
 # as measure's --checkpointing both, checks the flag on its own)
 _DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing"}
+_FSDP = ("zero2", "zero3", "fsdp", "hsdp")
 
 # Upper limits of the run's integer flags, checked where every command receives its spec (flags and --config
 # alike), as SIZE_LIMITS bounds a config.json (memfit.estimate.shape): past them no real run exists and the
@@ -103,7 +114,6 @@ RUN_LIMITS: dict[str, tuple[int, str]] = {
     "alpha": (1_048_576, "LoRA alphas of real runs are a small multiple of the rank"),
     "checkpoint_every": (1_024, "a model has at most 1,024 layers (memfit's config limit)"),
     "gpus": (1_048_576, "the largest clusters have ~10^5 GPUs"),
-    "nodes": (131_072, "the largest clusters have ~10^4 nodes"),
     "prefetch": (1_024, "a model has at most 1,024 layers"),
     "bucket_mb": (1_048_576, "a bucket of 1 TiB is past any GPU"),
 }

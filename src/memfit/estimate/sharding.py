@@ -268,10 +268,10 @@ def offload(moment: Moment, spec: RunSpec, st: ModelStates) -> tuple[Moment, int
     """
     parts = dict(moment.parts)
     host = 0
-    if spec.offload_optimizer:
+    if spec.cpu_offload_optimizer:
         for c in (Category.OPTIMIZER, *((Category.TEMPORARIES,) if moment.phase == "optimizer" else ())):
             host += parts.pop(c, 0)
-    if spec.offload_params:
+    if spec.cpu_offload_params:
         n_s = shard_group(spec)
         for c, full in ((Category.WEIGHTS_TRAINABLE, st.weights_trainable), (Category.WEIGHTS_FROZEN,
                         st.weights_frozen), (Category.GRADIENTS, st.gradients)):
@@ -298,7 +298,7 @@ def shard_moments(moments: tuple[Moment, ...], shape: ModelShape, spec: RunSpec,
     else:
         per_gpu = tuple(shard_moment(m, spec.sharding, spec.gpus, {}) for m in moments)
     host = 0
-    if spec.offload_params or spec.offload_optimizer:
+    if spec.cpu_offload_params or spec.cpu_offload_optimizer:
         moved = [offload(m, spec, st) for m in per_gpu]
         per_gpu = tuple(m for m, _ in moved)
         host = max(h for _, h in moved)

@@ -77,8 +77,8 @@ class RunSpec:
     nodes: int = 1  # machines the gpus are spread over (hsdp shards within one, replicates across them)
     reshard_after_forward: bool | None = None  # FSDP2's flag; None = the sharding's own (zero2 False, else True)
     prefetch: int = 1  # layers gathered ahead of the one computing (FSDP2's implicit prefetch: 1)
-    offload_params: bool = False  # sharded weights (and their gradients) kept in host memory (CPUOffloadPolicy)
-    offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
+    cpu_offload_params: bool = False  # sharded weights (and their gradients) kept in host memory (CPUOffloadPolicy)
+    cpu_offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
     bucket_mb: int = 25  # DDP's bucket_cap_mb (torch 2.13.0 default 25): the gradient buckets' split
 
     def __post_init__(self) -> None:
@@ -216,18 +216,12 @@ def _check_choice(name: str, value: object, choices: Any) -> None:
 
 
 def _check_sharding_knobs(spec: RunSpec) -> None:
-    """The multi-GPU flags that only act with some shardings (estimate/sharding.py says what each does)."""
+    """The world's shape: whole nodes, and hsdp's replicas across them. The flags that act only with some shardings
+    (--offload-*, --reshard-after-forward, --prefetch, --bucket-mb) are refused where typed (cli ONLY_WITH): a
+    DeepSpeed file's offload settings arrive before the world size does."""
     if spec.gpus % spec.nodes:
         raise MemfitError(f"--gpus {spec.gpus} over --nodes {spec.nodes}: every node holds the same number of "
                           "GPUs; make --gpus a multiple of --nodes")
     if spec.sharding == "hsdp" and spec.nodes < 2:
         raise MemfitError("--sharding hsdp shards within a node and replicates across nodes: add --nodes M (M > 1), "
                           "or use --sharding fsdp")
-    fsdp_like = spec.sharding in ("zero2", "zero3", "fsdp", "hsdp")
-    if spec.reshard_after_forward is not None and not fsdp_like:
-        raise MemfitError("--reshard-after-forward is FSDP's flag: it needs --sharding fsdp, hsdp, zero2 or zero3")
-    if spec.offload_params and (not fsdp_like or spec.sharding == "zero2"):
-        raise MemfitError("--offload-params keeps sharded weights on the host: it needs --sharding fsdp, hsdp or zero3")
-    if spec.offload_optimizer and spec.sharding in ("none", "ddp"):
-        raise MemfitError("--offload-optimizer offloads the sharded optimizer states: it needs --sharding zero1, "
-                          "zero2, zero3, fsdp or hsdp")

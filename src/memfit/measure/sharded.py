@@ -72,7 +72,7 @@ def check_measurable(spec: RunSpec, device: str) -> None:
     if spec.sharding not in MEASURED_SHARDINGS:
         raise MemfitError(f"measure --gpus {spec.gpus} runs --sharding {', '.join(MEASURED_SHARDINGS)}; got "
                           f"{spec.sharding!r}")
-    if spec.offload_params or spec.offload_optimizer:
+    if spec.cpu_offload_params or spec.cpu_offload_optimizer:
         if device == "cpu":
             raise MemfitError("--offload-params / --offload-optimizer move states from the GPU to the host; on "
                               "--device cpu both are the same memory: measure them on CUDA, or estimate them")

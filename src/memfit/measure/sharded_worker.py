@@ -134,7 +134,7 @@ def measure_rank(config: dict[str, Any], spec: RunSpec, *, device: str, tracked_
     vocab = int(config["vocab_size"])
     torch.manual_seed(seed)  # every rank builds the same weights (FSDP2 shards them, DDP checks they agree)
     model = build_model(config, spec.with_(sharding="none", gpus=1, nodes=1, reshard_after_forward=None,
-                                           offload_params=False, offload_optimizer=False), device=device)
+                                           cpu_offload_params=False, cpu_offload_optimizer=False), device=device)
     tracker = LiveTensorTracker(vocab=vocab, device_type="cuda" if device == "cuda" else None)
     with tracker, fsdp_resizes_seen(tracker):
         wrapped = shard_model(model, spec, device)
