@@ -16,9 +16,12 @@ activations standing in for the parts the advisor reads besides the moments.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from memfit.estimate import Category, MemoryEstimate, ModelShape, RunSpec, estimate_activations, model_states
 from memfit.estimate.budget import budget_of
 from memfit.estimate.moments import Moment
+from memfit.estimate.states import ModelStates
 
 GIB = 1024**3
 MIB = 1024**2
@@ -35,9 +38,21 @@ def toy_parts(spec: RunSpec) -> dict[Category, int]:
             Category.ACTIVATIONS: acts, Category.LOGITS: k * GIB if spec.loss == "standard" else 0}
 
 
+def toy_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
+    """llama-3.2-1b's model states with the toy's sizes: sharding divides what the toy holds. No per-layer
+    gradients (the toy's one moment is the head's backward: every gradient counted whole), and 1 B of optimizer
+    state per trainable parameter (ZeRO-1's largest tensor, the 128,256 x 2,048 embedding, then weighs
+    262,668,288 B, under any rank's 1/8 share)."""
+    p = toy_parts(spec)
+    return replace(model_states(shape, spec), weights_trainable=p[Category.WEIGHTS_TRAINABLE],
+                   weights_frozen=p[Category.WEIGHTS_FROZEN], gradients=p[Category.GRADIENTS],
+                   optimizer=p[Category.OPTIMIZER], trainable_params=max(1, p[Category.OPTIMIZER]),
+                   grads_per_layer=0, grads_head=0, grads_embed=0, grads_other=0, largest_tensor=0)
+
+
 def toy_estimate(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
     moment = Moment(phase="backward", label="backward: loss", parts=toy_parts(spec))
-    return budget_of(shape, spec, model_states(shape, spec), estimate_activations(shape, spec), (moment,))
+    return budget_of(shape, spec, toy_states(shape, spec), estimate_activations(shape, spec), (moment,))
 
 
 def toy_peak(spec: RunSpec) -> int:

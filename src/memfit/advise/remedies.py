@@ -40,7 +40,7 @@ from memfit.advise.result import SkipReason
 from memfit.advise.setup import Setup
 from memfit.estimate import ModelShape
 from memfit.estimate.constants import SEQ_MULTIPLE, seq_round_up
-from memfit.estimate.sharding import SHARDINGS
+from memfit.estimate.sharding import LADDER, communication_bytes, nodes_needed
 
 MIN_RANK = 8  # the lesson's "64 -> 8"; the rank remedy never goes below it
 
@@ -219,14 +219,18 @@ def _packing_effect(before: Setup, after: Setup, ctx: Context) -> Effect:
 def _sharding(cur: Setup, ctx: Context) -> Options:
     if cur.spec.gpus == 1:
         return NotApplicable(reason="one_gpu")
-    options = tuple(cur.with_(sharding=z) for z in SHARDINGS[SHARDINGS.index(cur.spec.sharding) + 1:])
-    return options or NotApplicable(reason="already", facts={"value": SHARDINGS[-1]})
+    if cur.spec.sharding not in LADDER:  # ddp / fsdp / hsdp: the user chose the scheme; zero3 is fsdp's memory
+        return NotApplicable(reason="already", facts={"value": cur.spec.sharding})
+    options = tuple(cur.with_(sharding=z) for z in LADDER[LADDER.index(cur.spec.sharding) + 1:])
+    return options or NotApplicable(reason="already", facts={"value": LADDER[-1]})
 
 
 def _sharding_effect(before: Setup, after: Setup, ctx: Context) -> Effect:
     z = after.spec.sharding
     f = ctx.time_model.zero3_factor if z == "zero3" else 1.0
-    return Effect(gives_up="time", time_factor=f, facts={"stage": z, "gpus": after.spec.gpus})
+    comm = communication_bytes(ctx.shape, after.spec)
+    return Effect(gives_up="time", time_factor=f, facts={"stage": z, "gpus": after.spec.gpus, **comm,
+                                                          "nodes": nodes_needed(after.spec)})
 
 
 def _seq_len(cur: Setup, ctx: Context) -> Options:

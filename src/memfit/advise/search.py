@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from itertools import product
-from typing import Any
+from typing import Any, cast
 
 from memfit.advise.cache import PeakCache
 from memfit.advise.costs import Cost, TimeModel, setup_cost
@@ -23,7 +23,7 @@ from memfit.advise.setup import Setup
 from memfit.errors import MemfitError
 from memfit.estimate.constants import seq_round_up
 from memfit.estimate.fits import Target
-from memfit.estimate.sharding import SHARDINGS
+from memfit.estimate.sharding import LADDER
 from memfit.estimate.spec import Checkpointing
 
 # (checkpointing, checkpoint_every): all recompute once (same time); they differ in what they keep
@@ -49,7 +49,7 @@ def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[in
     attentions = [a for a in dict.fromkeys([s0.attention, "sdpa"] + (["flash"] if s0.device == "cuda" else []))
                   if kernels is None or a == s0.attention or a in kernels]
     losses = list(dict.fromkeys([s0.loss, "chunked"]))
-    shardings = list(SHARDINGS) if s0.gpus > 1 else [s0.sharding]
+    shardings = list(dict.fromkeys([*LADDER, s0.sharding])) if s0.gpus > 1 else [s0.sharding]
     packings = [False, True] if data is not None else [initial.packing]
     rows0 = s0.batch * s0.grad_accum
     for packing, seq in product(packings, seqs):
@@ -78,7 +78,7 @@ def minimal_setups(initial: Setup, *, data: DataProfile | None, extra_seqs: tupl
     out = [c for c in cands if c.spec.batch == 1 and c.spec.seq == min_seq and c.spec.rank == min_rank
            and c.spec.method == best_method and c.spec.loss == "chunked"
            and c.spec.checkpointing in ("full", "sqrt")
-           and c.spec.sharding == (SHARDINGS[-1] if s0.gpus > 1 else s0.sharding)]
+           and c.spec.sharding == (LADDER[-1] if s0.gpus > 1 else s0.sharding)]
     return out or [initial.with_(batch=1, grad_accum=s0.batch * s0.grad_accum)]
 
 
@@ -143,8 +143,8 @@ def requirements(initial: Setup, setup: Setup) -> tuple[Need, ...]:
         out.append("fused_cross_entropy")
     if setup.packing and not initial.packing:
         out.append("packing")
-    if b.sharding != a.sharding and b.sharding != "none":
-        out.append(b.sharding)
+    if b.sharding != a.sharding and b.sharding in ("zero1", "zero2", "zero3"):
+        out.append(cast(Need, b.sharding))
     if b.method == "qlora" and a.method != "qlora":
         out.append("bitsandbytes")
     return tuple(out)

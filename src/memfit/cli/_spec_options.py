@@ -53,11 +53,21 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
                                         help="batches carry a padding attention mask")),
     "loss": (str, typer.Option("--loss", help="standard (fp32 logits) | chunked (Liger's fused linear cross-entropy) "
                                "| trl (TRL SFTTrainer's fused LM head, its default loss)")),
-    "sharding": (str, typer.Option("--sharding", help="none | zero1 | zero2 | zero3: ZeRO stage the model states are "
-                                   "sharded with over --gpus (FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3); "
-                                   "figures are then per GPU")),
+    "sharding": (str, typer.Option("--sharding", help="none | ddp | zero1 | zero2 | zero3 | fsdp | hsdp: how the model "
+                                   "states are spread over --gpus (zero2 = FSDP2 reshard_after_forward=False, zero3 = "
+                                   "fsdp = FULL_SHARD, hsdp shards within a node); figures are then per GPU")),
     "gpus": (int, typer.Option("--gpus", help="data-parallel GPUs (the world size); with --sharding the model "
                                "states are divided over them, and fit may shard")),
+    "nodes": (int, typer.Option("--nodes", help="machines the --gpus are spread over (hsdp replicates across them)")),
+    "reshard_after_forward": (bool | None, typer.Option(
+        "--reshard-after-forward/--no-reshard-after-forward",
+        help="FSDP2's flag (default: off for zero2, on for zero3 / fsdp / hsdp)")),
+    "prefetch": (int, typer.Option("--prefetch", help="FSDP layers gathered ahead of the one computing (default 1)")),
+    "cpu_offload_params": (bool, typer.Option("--offload-params/--no-offload-params",
+                                          help="keep the sharded weights and gradients in host memory")),
+    "cpu_offload_optimizer": (bool, typer.Option("--offload-optimizer/--no-offload-optimizer",
+                                             help="keep the optimizer states and step in host memory")),
+    "bucket_mb": (int, typer.Option("--bucket-mb", help="DDP gradient bucket size in MiB (torch default 25)")),
     "loss_token_share": (float, typer.Option("--loss-token-share", help="share of positions whose label is not "
                                              "-100 (completion-only / assistant-only loss); with --loss trl on CUDA "
                                              "TRL scores only those")),
@@ -96,10 +106,21 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
     **{name: (lambda s: s.eval_batch is not None, f"--{name.replace('_', '-')} describes the evaluation; add "
               "--eval-batch N (per_device_eval_batch_size) to model it, or drop the flag")
        for name in ("eval_metrics", "prediction_loss_only", "eval_accumulation_steps", "eval_samples")},
+    "reshard_after_forward": (lambda s: s.sharding in _FSDP, "--reshard-after-forward is FSDP's flag: it needs "
+                              "--sharding fsdp, hsdp, zero2 or zero3"),
+    "prefetch": (lambda s: s.sharding in _FSDP, "--prefetch counts FSDP's gathered layers: it needs --sharding fsdp, "
+                 "hsdp, zero2 or zero3"),
+    "cpu_offload_params": (lambda s: s.sharding in ("zero3", "fsdp", "hsdp"), "--offload-params keeps sharded "
+                           "weights on the host: it needs --sharding fsdp, hsdp or zero3"),
+    "cpu_offload_optimizer": (lambda s: s.sharding not in ("none", "ddp"), "--offload-optimizer offloads the sharded "
+                          "optimizer states: it needs --sharding zero1, zero2, zero3, fsdp or hsdp"),
+    "bucket_mb": (lambda s: s.sharding in ("ddp", "zero1"), "--bucket-mb is DDP's bucket size: it needs --sharding "
+                  "ddp or zero1"),
 }
 # which spec field decides whether each flag above acts (a command that declares that field itself, such
 # as measure's --checkpointing both, checks the flag on its own)
 _DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing"}
+_FSDP = ("zero2", "zero3", "fsdp", "hsdp")
 
 # Upper limits of the run's integer flags, checked where every command receives its spec (flags and --config
 # alike), as SIZE_LIMITS bounds a config.json (memfit.estimate.shape): past them no real run exists and the
@@ -114,6 +135,9 @@ RUN_LIMITS: dict[str, tuple[int, str]] = {
     "eval_batch": (1_048_576, "as --batch"),
     "eval_accumulation_steps": (1_048_576, "as --grad-accum"),
     "eval_samples": (1 << 40, "no eval set has a trillion examples"),
+    "gpus": (1_048_576, "the largest clusters have ~10^5 GPUs"),
+    "prefetch": (1_024, "a model has at most 1,024 layers"),
+    "bucket_mb": (1_048_576, "a bucket of 1 TiB is past any GPU"),
 }
 
 _DEFAULTS = RunSpec()

@@ -107,9 +107,11 @@ def measure_command(
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     if spec.sharding != "none":
-        raise MemfitError(f"memfit measure runs one process's steps, unsharded; --sharding {spec.sharding} (from the "
-                          f"flag or a --config) is modelled by memfit estimate ... --sharding {spec.sharding} --gpus "
-                          f"{spec.gpus}: use that, or pass --sharding none to measure one full replica")
+        _measure_sharded(model, spec, batch=batch, seq=seq, checkpointing=checkpointing, device=device,
+                         extras={"--memory-limit": memory_limit, "--max-batch": max_batch, "--trainer": trainer,
+                                 "--plot": plot, "--html": html, "--snapshot": snapshot},
+                         json_out=json_out, config_import=config_import)
+        return
     batches = parse_int_list(batch, "--batch")
     seqs = parse_int_list(seq, "--seq")
     for values, name in ((batches, "batch"), (seqs, "seq")):  # measure's own lists: the spec's limits
@@ -201,3 +203,50 @@ def measure_command(
     console.print(measure_report(result))
     if plot:
         console.print(f"plot written to {plot}")
+
+
+def _measure_sharded(model: str, spec: RunSpec, *, batch: str, seq: str, checkpointing: str, device: str | None,
+                     extras: dict[str, Any], json_out: bool, config_import: Any) -> None:
+    """``measure --gpus N --sharding ...``: every (batch, seq, checkpointing) point in one torchrun launch of N
+    processes (:mod:`memfit.measure.sharded`), each rank's peak beside the estimate's per-GPU peak."""
+    given = [flag for flag, value in extras.items() if value]
+    if given:
+        raise MemfitError(f"{', '.join(given)} measure one process; measure --sharding {spec.sharding} reports each "
+                          "rank's peak: drop them")
+    if checkpointing not in MEASURE_CHECKPOINTING:
+        raise MemfitError(f"--checkpointing must be one of {', '.join(MEASURE_CHECKPOINTING)}; got {checkpointing!r}")
+    modes = ["none", "full"] if checkpointing == "both" else [checkpointing]
+    batches, seqs = parse_int_list(batch, "--batch"), parse_int_list(seq, "--seq")
+    for values, name in ((batches, "batch"), (seqs, "seq")):
+        check_run_limits(spec.with_(**{name: max(values)}))
+    config = resolve_config(model)
+    dev = pick_device(device)
+    from memfit.measure.sharded import check_measurable, measure_sharded
+
+    specs = [spec.with_(device=dev, batch=b, seq=s, checkpointing=m) for m in modes for b in batches for s in seqs]
+    for s in specs:
+        check_measurable(s, dev)
+    if dev == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < spec.gpus:
+            raise MemfitError(f"--gpus {spec.gpus} but torch sees {torch.cuda.device_count()} CUDA GPUs: lower --gpus "
+                              "or use --device cpu (gloo processes)")
+    from memfit.estimate import estimate_memory
+
+    shape = ModelShape.from_hf_config(config)
+    results = measure_sharded(config, specs, device=dev)
+    rows = [{**r.to_dict(), "estimate_bytes": estimate_memory(shape, r.spec).peak_bytes} for r in results]
+    for row in rows:
+        row["estimate_error"] = (row["estimate_bytes"] - row["peak_bytes"]) / row["peak_bytes"]
+    if json_out:
+        out: dict[str, Any] = {"model": model, "sharded": rows}
+        if config_import is not None:
+            out["config_import"] = config_import.to_json()
+        print_json(out)
+        return
+    print_config_import(config_import)
+    from memfit.report.measure import sharded_table
+
+    for row in rows:
+        console.print(sharded_table(model, row))

@@ -159,7 +159,7 @@ def estimate_memory(shape: ModelShape, spec: RunSpec) -> MemoryEstimate:
 def budget_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: ActivationBytes,
               moments: tuple[Moment, ...]) -> MemoryEstimate:
     """The estimate whose step holds ``moments`` (one replica's): sharded per ``spec``, the peak picked."""
-    per_gpu, sharded = shard_moments(moments, shape, spec)
+    per_gpu, sharded = shard_moments(moments, shape, spec, st)
     top = peak_moment(per_gpu)
     rot = rule_of_thumb_activation_bytes(shape.n_layers, spec.batch, spec.seq, shape.hidden)
     return MemoryEstimate(

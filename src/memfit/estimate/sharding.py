@@ -1,36 +1,38 @@
-"""Per-GPU bytes when model states are sharded over N data-parallel GPUs (ZeRO / FSDP).
+"""Per-GPU bytes when model states are spread over N data-parallel GPUs (DDP, ZeRO-1, FSDP2 / ZeRO-2/3, HSDP).
 
-ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054) partitions the model states of data parallelism over the
-N GPUs; FSDP is PyTorch's implementation of the same idea:
+Each ``--sharding`` is modelled as torch 2.13.0 runs it and proven on real multi-process steps
+(``memfit measure --gpus N --sharding ...``, bench/RESULTS.md ``## sharding``):
 
-==========  ==================================  =============================================================
-stage       sharded over N (each GPU holds 1/N)  PyTorch / DeepSpeed name
-==========  ==================================  =============================================================
-``none``    nothing (plain DDP: every GPU        ``DistributedDataParallel``
-            holds a full replica)
-``zero1``   optimizer states                    DeepSpeed ``stage: 1``
-``zero2``   + gradients                         DeepSpeed ``stage: 2``; FSDP ``SHARD_GRAD_OP``
-``zero3``   + weights (frozen and trainable)    DeepSpeed ``stage: 3``; FSDP ``FULL_SHARD``
-==========  ==================================  =============================================================
+==========  ============================================================================================
+``none``    one replica, what a single GPU holds
+``ddp``     ``DistributedDataParallel``: a full replica + its gradient buckets (a second copy of the
+            gradients, ``gradient_as_bucket_view=False``); on CPU gloo all-reduces a copy of the last bucket
+``zero1``   DDP + ``ZeroRedundancyOptimizer``: optimizer states partitioned by whole tensors (the busiest
+            rank holds ``max(total / N, the largest tensor's)``); DeepSpeed ``stage: 1``
+``zero2``   FSDP2 ``fully_shard(reshard_after_forward=False)`` (SHARD_GRAD_OP): weights, gradients and
+            optimizer states 1/N at rest; the layers gathered in the forward stay until their backward
+``zero3``   FSDP2 ``reshard_after_forward=True`` (FULL_SHARD, = ``fsdp``); DeepSpeed ``stage: 3``
+``hsdp``    ``fsdp`` within a node (N / nodes GPUs), replicated across ``--nodes``
+==========  ============================================================================================
 
-Activations, logits, inputs and backward temporaries are per micro-batch and are never sharded; the
-optimizer step's temporaries are (from ``zero1`` on, each GPU updates only its partition). Under ZeRO-3
-each block's weights are gathered in full just before they are used (and again in the backward), and FSDP
-prefetches the next block while computing the current one, so two blocks' full weights are alive on top
-of the shards. Per moment of the step (:class:`~memfit.estimate.moments.Moment`), by category c:
-
-    per_gpu(c) = ceil(bytes_c / N) if c is sharded at that moment's phase, else bytes_c
-    + gather   = 2 x (weight bytes of one decoder block)     [zero3 only, booked as weights]
-
-and the per-GPU peak is the largest per-GPU moment: sharding can move the peak to another moment (sharding
-the optimizer shrinks the optimizer step, not the forward). Communication buckets (DeepSpeed's
-``reduce_bucket_size``, FSDP's flat-parameter padding) are not modelled.
+FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head). Beside its 1/N shards a
+rank holds, per moment (:func:`fsdp2_moment` names the torch source): the root's weights in full through
+forward and backward; the layer computing plus ``prefetch`` gathered ahead in the backward, and the last
+layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``); a layer's
+gradients in full until their reduce-scatter; at the root's reduce-scatter its gradients twice (the
+gradients and the input copy) and, measured, with tied embeddings the root's gathered weights, untied the
+input embedding's gathered weight and the reduce-scatter's 1/N output (scaled Llama 3.2 and Pythia over 2 and
+4 ranks: RESULTS ``## sharding``). The optimizer step holds shards only; its temporaries are per shard too.
+Activations, logits and inputs are per micro-batch and never sharded. ``--offload-optimizer`` moves the
+optimizer states (and its step) to the host, ``--offload-params`` the weight and gradient shards
+(CPUOffloadPolicy); what moves is reported as host bytes per rank.
 
 Worked: a full fine-tune of Llama-3.1-8B (P = 8,030,261,248 parameters) in bf16 with torch's AdamW
 (moments in bf16) on CUDA: the optimizer step holds 2 B weights + 2 B gradients + 4 B moments + 2 B of
 foreach temporaries = 10 B/param = 80.3 GB. On N = 8 GPUs under zero3 each GPU holds 10P / 8 =
-10,037,826,560 B of them, plus 2 blocks x 218,112,000 params x 2 B = 872,448,000 B gathered, plus the
-batch's inputs.
+10,037,826,560 B of them in the step, plus the batch's inputs; the peak is at the backward's start, where
+the root (2 x 128,256 x 4,096 x 2 B + the norm) and the prefetched last block (218,112,000 x 2 B) are
+gathered: 2,537,578,496 B on top of the shards.
 """
 
 from __future__ import annotations
@@ -43,19 +45,39 @@ from memfit.estimate.moments import Moment, Phase, peak_moment
 from memfit.estimate.params import count_params
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec, Sharding
+from memfit.estimate.states import ModelStates
 
 SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
+LADDER: tuple[Sharding, ...] = ("none", "zero1", "zero2", "zero3")
+"""The stages ``memfit fit --gpus N`` climbs, least communication first (a DDP replica, then ZeRO-1/2/3)."""
 
 _W = (Category.WEIGHTS_TRAINABLE, Category.WEIGHTS_FROZEN)
+_STATES = frozenset({Category.OPTIMIZER, Category.GRADIENTS, *_W})
 SHARDED: dict[Sharding, frozenset[Category]] = {
     "none": frozenset(),
+    "ddp": frozenset(),
     "zero1": frozenset({Category.OPTIMIZER}),
     "zero2": frozenset({Category.OPTIMIZER, Category.GRADIENTS}),
-    "zero3": frozenset({Category.OPTIMIZER, Category.GRADIENTS, *_W}),
+    "zero3": _STATES,
+    "fsdp": _STATES,
+    "hsdp": _STATES,
 }
-"""The model-state categories each stage shards, in every phase of the step."""
+"""The model-state categories each ZeRO stage shards (DeepSpeed's stages; :func:`shard_moment`). The estimate
+runs zero2 as FSDP2 does (``reshard_after_forward=False``, torch's SHARD_GRAD_OP): weights sharded at rest too,
+gathered from the forward to the backward (:func:`fsdp2_moment`)."""
 
+FSDP2: frozenset[Sharding] = frozenset({"zero2", "zero3", "fsdp", "hsdp"})
 GATHERED_BLOCKS = 2  # the block being computed + the one prefetched (FSDP forward/backward prefetch)
+
+
+def shard_group(spec: RunSpec) -> int:
+    """GPUs the states are divided over: all of them, or one node's under hsdp (replicated across nodes)."""
+    return spec.gpus // spec.nodes if spec.sharding == "hsdp" else spec.gpus
+
+
+def reshards_after_forward(spec: RunSpec) -> bool:
+    """FSDP2's ``reshard_after_forward``: the flag, else False for zero2 and True otherwise."""
+    return spec.reshard_after_forward if spec.reshard_after_forward is not None else spec.sharding != "zero2"
 
 
 def sharded_categories(sharding: Sharding, phase: Phase) -> frozenset[Category]:
@@ -76,11 +98,12 @@ def block_weight_bytes(shape: ModelShape, spec: RunSpec) -> int:
 
 
 def gathered_weights(shape: ModelShape, spec: RunSpec) -> dict[Category, int]:
-    """ZeRO-3's gathered blocks, booked as the weights they are (frozen for an adapter run); empty otherwise."""
-    if spec.sharding != "zero3":
+    """ZeRO-3's gathered blocks (the prefetched one and the one computing), booked as the weights they are
+    (frozen for an adapter run); empty otherwise. FSDP2's own per-moment gathers: :func:`fsdp2_moment`."""
+    if spec.sharding not in FSDP2 or not reshards_after_forward(spec):
         return {}
     category = Category.WEIGHTS_FROZEN if spec.is_adapter else Category.WEIGHTS_TRAINABLE
-    return {category: GATHERED_BLOCKS * block_weight_bytes(shape, spec)}
+    return {category: min(shape.n_layers, 1 + spec.prefetch) * block_weight_bytes(shape, spec)}
 
 
 def shard_moment(moment: Moment, sharding: Sharding, gpus: int, gather: dict[Category, int]) -> Moment:
@@ -98,6 +121,127 @@ def shard_moment(moment: Moment, sharding: Sharding, gpus: int, gather: dict[Cat
     return Moment(phase=moment.phase, label=moment.label, parts=parts)
 
 
+def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment:
+    """``moment`` on one rank of FSDP2 (``fully_shard`` per decoder layer, then the root; torch 2.13.0).
+
+    What each rank holds beside its 1/N shards (torch/distributed/fsdp/_fully_shard, 2.13.0):
+
+    - the root's weights (embeddings, final norm, lm_head) in full through the forward and the backward (the
+      root is gathered first and is needed again at the backward's start);
+    - the decoder layers gathered: forward, at the loss (computed inside the root's forward): the last layer's
+      all-gather output, kept in ``comm_ctx.all_gather_state`` until the root's post-forward frees it (one
+      layer), or every layer (still gathered) plus that buffer with ``reshard_after_forward=False``; backward:
+      the layer computing and ``prefetch`` ahead (every layer not yet done without resharding after forward);
+      none in the optimizer step;
+    - gradients: the root's in full until its reduce-scatter at the end of the backward; a layer's in full
+      from its backward to its reduce-scatter, whose input buffer (one layer's gradients) is kept until the next
+      (``reduce_scatter_states``, at most 1); the layers already reduced as 1/N shards;
+    - at the root's reduce-scatter (the backward's last moment): its full gradients and the input copy.
+    """
+    n_s, n = shard_group(spec), shape.n_layers
+    layer_w = block_weight_bytes(shape, spec)
+    total_w = st.weights_trainable + st.weights_frozen
+    root_w = max(0, total_w - n * layer_w)
+    if spec.precision == "mixed-bf16":  # MixedPrecisionPolicy(param_dtype=bf16): gathered in bf16 (not measured)
+        layer_w, root_w = layer_w * 2 // spec.weight_bytes, root_w * 2 // spec.weight_bytes
+    cut = sharded_categories("zero3", moment.phase)  # every FSDP2 stage shards all the states at rest
+    parts = {c: (-(-v // n_s) if c in cut else v) for c, v in moment.parts.items()}
+    wcat = Category.WEIGHTS_FROZEN if spec.is_adapter else Category.WEIGHTS_TRAINABLE
+    keep = not reshards_after_forward(spec)
+    gpl, g_root = st.grads_per_layer, st.gradients - n * st.grads_per_layer
+    grads = moment.parts.get(Category.GRADIENTS, 0)
+    gathered = 0
+    if moment.phase == "forward":
+        gathered = root_w + (n + 1 if keep else 1) * layer_w
+    elif moment.phase == "backward" and moment.label.endswith("embeddings"):
+        # the root's reduce-scatter: its gradients in full and their input copy; a tied root keeps its gathered
+        # weights, an untied one the input embedding's and the reduce-scatter output (measured, module docstring)
+        parts[Category.GRADIENTS] = 2 * g_root + -(-n * gpl // n_s)
+        if shape.tie_embeddings or spec.method != "full":
+            gathered = root_w
+        else:  # a full fine-tune's embedding weight weighs its gradient
+            gathered = st.grads_embed
+            parts[Category.GRADIENTS] += -(-g_root // n_s)
+    elif moment.phase == "backward":
+        done = max(0, grads - st.grads_head - st.grads_other) // gpl if gpl else 0
+        if done == 0:  # the head's backward: every layer still gathered, or the root's prefetch of the last
+            layers = n if keep else min(n, spec.prefetch)
+        else:  # the layer computing + those ahead still gathered (all, or the prefetched)
+            layers = 1 + (n - done if keep else min(spec.prefetch, n - done))
+        gathered = root_w + layers * layer_w
+        current = 1 if done else 0
+        rs_buffer = gpl if done >= 2 else 0
+        parts[Category.GRADIENTS] = (grads - done * gpl + -(-(done - current) * gpl // n_s)
+                                     + current * gpl + rs_buffer)
+    parts[wcat] = parts.get(wcat, 0) + gathered
+    return Moment(phase=moment.phase, label=moment.label, parts=parts)
+
+
+def replicated_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment:
+    """``moment`` on one rank of DDP or torch's ZeRO-1 (DDP + ``ZeroRedundancyOptimizer``), torch 2.13.0.
+
+    DDP (``gradient_as_bucket_view=False``, its default) allocates its gradient buckets at construction: one
+    more copy of every trainable gradient, alive for the whole run (``bucket_cap_mb`` splits them, it does not
+    shrink them). ZeroRedundancyOptimizer partitions whole parameters over the ranks, largest first, each to the
+    least loaded rank: the busiest rank holds ``max(total / N, the largest tensor's state)`` of optimizer state
+    (a tied 128,256 x 2,048 embedding alone can outweigh half the rest). On CPU, gloo's all-reduce of the last
+    bucket (the embeddings', ready at the end of the backward) works on a copy of it: + that bucket (the largest
+    tensor, or ``bucket_mb`` MiB) at the backward's last moment (measured: DDP over 2 gloo ranks, torch 2.13.0).
+    """
+    parts = dict(moment.parts)
+    parts[Category.GRADIENTS] = parts.get(Category.GRADIENTS, 0) + st.gradients
+    if spec.device == "cpu" and moment.label.endswith("embeddings"):  # gloo all-reduces a copy of the bucket
+        bucket = max(st.largest_tensor, min(spec.bucket_mb * 2**20, st.gradients))
+        parts[Category.TEMPORARIES] = parts.get(Category.TEMPORARIES, 0) + min(bucket, st.gradients)
+    if spec.sharding == "zero1" and st.trainable_params:
+        opt = parts.get(Category.OPTIMIZER, 0)
+        per_param = opt / st.trainable_params
+        largest = int(per_param * max(shape.vocab * shape.hidden, 0)) if spec.method == "full" else 0
+        parts[Category.OPTIMIZER] = max(-(-opt // spec.gpus), min(opt, largest))
+        if moment.phase == "optimizer" and spec.device == "cuda":  # foreach over its partition; a CPU step
+            t = parts.get(Category.TEMPORARIES, 0)  # loops tensor by tensor: the largest tensor's, unchanged
+            parts[Category.TEMPORARIES] = -(-t // spec.gpus)
+    return Moment(phase=moment.phase, label=moment.label, parts=parts)
+
+
+GPUS_PER_NODE = 8  # an HGX / DGX node (8 x H100 / A100 SXM); --nodes says otherwise
+
+
+def nodes_needed(spec: RunSpec) -> int:
+    """Machines the run spans: ``--nodes``, or ``gpus / 8`` rounded up (8 GPUs per node)."""
+    return max(spec.nodes, -(-spec.gpus // GPUS_PER_NODE))
+
+
+def communication_bytes(shape: ModelShape, spec: RunSpec) -> dict[str, int]:
+    """Bytes each step's collectives carry (the full tensors gathered or reduced, per optimizer step).
+
+    ddp: an all-reduce of every gradient; zero1 (torch's ZeroRedundancyOptimizer): the same, plus each rank's
+    updated partition broadcast (an all-gather of the weights); FSDP2: the weights all-gathered in the forward and,
+    resharded after it, again in the backward (in bf16 under mixed-bf16's MixedPrecisionPolicy), the gradients
+    reduce-scattered (fp32 reduce under mixed-bf16); hsdp adds an all-reduce of each node's gradient shard across
+    the nodes. Worked: Llama-3.1-8B bf16 full, fsdp: all-gather 2 x 2P = 32,121,044,992 B, reduce-scatter 2P =
+    16,060,522,496 B (P = 8,030,261,248).
+    """
+    from memfit.estimate.states import model_states
+
+    st = model_states(shape, spec)
+    w = st.weights_trainable + st.weights_frozen
+    g = st.gradients
+    if spec.precision == "mixed-bf16":  # gathered in bf16, reduced in fp32
+        w = w * 2 // spec.weight_bytes
+    out = {"all_gather_bytes": 0, "reduce_scatter_bytes": 0, "all_reduce_bytes": 0}
+    if spec.sharding in ("ddp", "zero1", "none") and spec.gpus > 1:
+        out["all_reduce_bytes"] = g
+        if spec.sharding == "zero1":
+            out["all_gather_bytes"] = w
+    elif spec.sharding in FSDP2:
+        out["all_gather_bytes"] = w * (2 if reshards_after_forward(spec) else 1)
+        out["reduce_scatter_bytes"] = g
+        if spec.sharding == "hsdp":
+            out["all_reduce_bytes"] = -(-g // shard_group(spec))
+    return out
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ShardedPeak:
     """How sharding changed the step's peak: per GPU against the unsharded replica."""
@@ -106,24 +250,64 @@ class ShardedPeak:
     gpus: int
     unsharded_peak_bytes: int  # one full replica's peak (what ``--sharding none`` gives)
     sharded_away_bytes: int  # bytes of the per-GPU peak moment each GPU no longer holds
-    gather_bytes: int  # zero3's gathered blocks
+    gather_bytes: int  # FSDP2's gathered weights at the peak (the root, the layers computing and prefetched)
+    nodes: int = 1
+    host_bytes: int = 0  # states kept in host memory per rank (--offload-params / --offload-optimizer)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sharding": self.sharding, "gpus": self.gpus, "unsharded_peak_bytes": self.unsharded_peak_bytes,
-                "sharded_away_bytes": self.sharded_away_bytes, "gather_bytes": self.gather_bytes}
+        return {"sharding": self.sharding, "gpus": self.gpus, "nodes": self.nodes,
+                "unsharded_peak_bytes": self.unsharded_peak_bytes, "sharded_away_bytes": self.sharded_away_bytes,
+                "gather_bytes": self.gather_bytes, "host_bytes": self.host_bytes}
 
 
-def shard_moments(moments: tuple[Moment, ...], shape: ModelShape,
-                  spec: RunSpec) -> tuple[tuple[Moment, ...], ShardedPeak | None]:
+def offload(moment: Moment, spec: RunSpec, st: ModelStates) -> tuple[Moment, int]:
+    """``moment`` with the offloaded states moved to the host: (what stays on the GPU, host bytes).
+
+    ``--offload-optimizer``: the optimizer states (and, in the step, its temporaries: the step runs on the host);
+    ``--offload-params`` (FSDP2 ``CPUOffloadPolicy``): the 1/N shards of the weights and of the gradients.
+    """
+    parts = dict(moment.parts)
+    host = 0
+    if spec.cpu_offload_optimizer:
+        for c in (Category.OPTIMIZER, *((Category.TEMPORARIES,) if moment.phase == "optimizer" else ())):
+            host += parts.pop(c, 0)
+    if spec.cpu_offload_params:
+        n_s = shard_group(spec)
+        for c, full in ((Category.WEIGHTS_TRAINABLE, st.weights_trainable), (Category.WEIGHTS_FROZEN,
+                        st.weights_frozen), (Category.GRADIENTS, st.gradients)):
+            take = min(parts.get(c, 0), -(-full // n_s))
+            parts[c] = parts.get(c, 0) - take
+            host += take
+    return Moment(phase=moment.phase, label=moment.label, parts=parts), host
+
+
+def shard_moments(moments: tuple[Moment, ...], shape: ModelShape, spec: RunSpec,
+                  st: ModelStates | None = None) -> tuple[tuple[Moment, ...], ShardedPeak | None]:
     """Every moment per GPU under ``spec.sharding`` over ``spec.gpus`` GPUs, and what that did to the peak
     (None, and the moments unchanged, without sharding)."""
     if spec.sharding == "none":
         return moments, None
-    gather = gathered_weights(shape, spec)
-    per_gpu = tuple(shard_moment(m, spec.sharding, spec.gpus, gather) for m in moments)
+    if st is None:
+        from memfit.estimate.states import model_states
+
+        st = model_states(shape, spec)
+    if spec.sharding in FSDP2:
+        per_gpu = tuple(fsdp2_moment(m, shape, spec, st) for m in moments)
+    elif spec.sharding in ("ddp", "zero1"):
+        per_gpu = tuple(replicated_moment(m, shape, spec, st) for m in moments)
+    else:
+        per_gpu = tuple(shard_moment(m, spec.sharding, spec.gpus, {}) for m in moments)
+    host = 0
+    if spec.cpu_offload_params or spec.cpu_offload_optimizer:
+        moved = [offload(m, spec, st) for m in per_gpu]
+        per_gpu = tuple(m for m, _ in moved)
+        host = max(h for _, h in moved)
     top = peak_moment(per_gpu)
     before = moments[per_gpu.index(top)]
-    gathered = sum(gather.values())
-    return per_gpu, ShardedPeak(sharding=spec.sharding, gpus=spec.gpus,
+    w_full = st.weights_trainable + st.weights_frozen
+    w_top = top.parts.get(Category.WEIGHTS_TRAINABLE, 0) + top.parts.get(Category.WEIGHTS_FROZEN, 0)
+    gathered = max(0, w_top - -(-w_full // shard_group(spec))) if spec.sharding in FSDP2 else 0
+    return per_gpu, ShardedPeak(sharding=spec.sharding, gpus=spec.gpus, nodes=spec.nodes,
                                 unsharded_peak_bytes=peak_moment(moments).total,
-                                sharded_away_bytes=before.total + gathered - top.total, gather_bytes=gathered)
+                                sharded_away_bytes=max(0, before.total - top.total), gather_bytes=gathered,
+                                host_bytes=host)

@@ -35,7 +35,8 @@ Checkpointing = Literal["none", "full", "every-k", "sqrt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Device = Literal["cuda", "cpu"]
 Loss = Literal["standard", "chunked", "trl"]  # trl: TRL SFTTrainer's fused LM head (estimate/trl_loss.py)
-Sharding = Literal["none", "zero1", "zero2", "zero3"]  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
+Sharding = Literal["none", "zero1", "zero2", "zero3",  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
+                   "ddp", "fsdp", "hsdp"]  # DDP (replicas + buckets), FSDP2 fully_shard, hybrid: estimate/sharding
 
 ALL_LINEAR = "all-linear"
 
@@ -80,6 +81,12 @@ class RunSpec:
     eval_accumulation_steps: int | None = None  # gathered logits leave the GPU every N eval steps (None: at the end)
     eval_samples: int | None = None  # examples in the eval set (how many steps' logits pile up without the above)
     loss_token_share: float = 1.0  # share of the b*(s-1) positions whose label is not -100 (completion-only loss)
+    nodes: int = 1  # machines the gpus are spread over (hsdp shards within one, replicates across them)
+    reshard_after_forward: bool | None = None  # FSDP2's flag; None = the sharding's own (zero2 False, else True)
+    prefetch: int = 1  # layers gathered ahead of the one computing (FSDP2's implicit prefetch: 1)
+    cpu_offload_params: bool = False  # sharded weights (and their gradients) kept in host memory (CPUOffloadPolicy)
+    cpu_offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
+    bucket_mb: int = 25  # DDP's bucket_cap_mb (torch 2.13.0 default 25): the gradient buckets' split
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -90,7 +97,8 @@ class RunSpec:
         _check_choice("device", self.device, Device)
         _check_choice("loss", self.loss, Loss)
         _check_choice("sharding", self.sharding, Sharding)
-        for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus"):
+        for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus", "nodes", "prefetch",
+                     "bucket_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
@@ -110,6 +118,7 @@ class RunSpec:
         if self.sharding != "none" and self.gpus == 1:
             raise MemfitError(f"--sharding {self.sharding} shards the model states over data-parallel GPUs: add --gpus "
                               "N (the world size, N > 1), or drop --sharding")
+        _check_sharding_knobs(self)
         if self.method == "full":
             # contradictions the spec alone can tell (these fields' defaults are "none given"); --rank and
             # --alpha have real defaults, so the CLI refuses those when typed (cli/_spec_options.ONLY_WITH)
@@ -228,3 +237,15 @@ def _check_choice(name: str, value: object, choices: Any) -> None:
     allowed = get_args(choices)
     if value not in allowed:
         raise MemfitError(f"--{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _check_sharding_knobs(spec: RunSpec) -> None:
+    """The world's shape: whole nodes, and hsdp's replicas across them. The flags that act only with some shardings
+    (--offload-*, --reshard-after-forward, --prefetch, --bucket-mb) are refused where typed (cli ONLY_WITH): a
+    DeepSpeed file's offload settings arrive before the world size does."""
+    if spec.gpus % spec.nodes:
+        raise MemfitError(f"--gpus {spec.gpus} over --nodes {spec.nodes}: every node holds the same number of "
+                          "GPUs; make --gpus a multiple of --nodes")
+    if spec.sharding == "hsdp" and spec.nodes < 2:
+        raise MemfitError("--sharding hsdp shards within a node and replicates across nodes: add --nodes M (M > 1), "
+                          "or use --sharding fsdp")

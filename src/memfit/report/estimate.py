@@ -44,11 +44,15 @@ def estimate_table(est: MemoryEstimate) -> Table:
                     f"{kept}) at {ev['eval_peak_bytes']:,} B")
     if est.sharded is not None:
         sh = est.sharded
-        title += f", {sh.sharding} over {sh.gpus} GPUs: per GPU"
+        nodes = f" on {sh.nodes} nodes" if sh.nodes > 1 else ""
+        title += f", {sh.sharding} over {sh.gpus} GPUs{nodes}: per GPU (per rank)"
         caption += (f"; one unsharded replica peaks at {sh.unsharded_peak_bytes:,} B "
                     f"({sh.unsharded_peak_bytes / BYTES_PER_GIB:.3f} GiB)")
         if sh.gather_bytes:
-            caption += f"; weights include {sh.gather_bytes:,} B of gathered blocks (zero3)"
+            caption += f"; weights include {sh.gather_bytes:,} B gathered (FSDP2: the root and the layers in use)"
+        if sh.host_bytes:
+            caption += (f"; host memory per rank (offloaded states): {sh.host_bytes:,} B "
+                        f"({sh.host_bytes / BYTES_PER_GIB:.3f} GiB)")
     t = Table(title=title, caption=caption)
     t.add_column("component")
     t.add_column("bytes", justify="right")

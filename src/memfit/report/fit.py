@@ -66,8 +66,14 @@ def step_cost(action: str, facts: Mapping[str, Any], time_factor: float, *, time
                 "check with memfit verify-pack")
     if action == "sharding":
         z = facts["stage"]
+        comm = "; per step " + ", ".join(
+            f"{verb} {facts[name] / 1e9:,.2f} GB" for name, verb in (
+                ("all_gather_bytes", "all-gathered"), ("reduce_scatter_bytes", "reduce-scattered"),
+                ("all_reduce_bytes", "all-reduced")) if facts.get(name))
+        nodes = facts.get("nodes", 1)
+        where = f" ({nodes} nodes of 8: inter-node links carry it)" if nodes > 1 else ""
         return (f"time: x{f:.2f} ({'assumed, ' if z == 'zero3' else ''}communication); {z} shards the "
-                f"{SHARDED_STATES[z]} over {facts['gpus']} GPUs")
+                f"{SHARDED_STATES[z]} over {facts['gpus']} GPUs{where}{comm if len(comm) > 11 else ''}")
     if action == "seq_len":
         change = f"changes the task: seq {facts['from_seq']} -> {facts['to_seq']}"
         cut = facts.get("truncated")

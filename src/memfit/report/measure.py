@@ -17,7 +17,7 @@ from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.measure.regression import CheckpointingTrade, TradeAdvice
 from memfit.measure.sweep import SweepResult
 from memfit.report._width import narrow, split_columns
-from memfit.units import human_bytes
+from memfit.units import BYTES_PER_GIB, human_bytes
 
 
 def _bytes(n: int | None) -> str:
@@ -191,3 +191,20 @@ def measure_plot(result: SweepResult, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def sharded_table(model: str, row: dict[str, Any]) -> Table:
+    """One sharded point (``measure --sharding``): each rank's measured peak, the estimate's per-GPU peak beside
+    it (GiB = 1024^3 B)."""
+    t = Table(title=f"{model}: {row['sharding']} over {row['gpus']} ranks ({row['backend']} on {row['device']}), "
+                    f"batch {row['batch']} x seq {row['seq']}",
+              caption=f"estimate per GPU {row['estimate_bytes']:,} B "
+                      f"({row['estimate_bytes'] / BYTES_PER_GIB:.3f} GiB), {row['estimate_error']:+.2%} against the "
+                      "largest rank's measured peak")
+    for col in ("rank", "peak bytes", "GiB", "phase", "estimate error"):
+        t.add_column(col, justify="left" if col == "phase" else "right")
+    for r in row["ranks"]:
+        err = (row["estimate_bytes"] - r["peak_bytes"]) / r["peak_bytes"]
+        t.add_row(str(r["rank"]), f"{r['peak_bytes']:,}", f"{r['peak_bytes'] / BYTES_PER_GIB:.3f}", r["peak_phase"],
+                  f"{err:+.2%}")
+    return t

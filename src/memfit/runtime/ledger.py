@@ -130,3 +130,17 @@ def optimizer_state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
             for v in per_param.values():
                 if isinstance(v, torch.Tensor):
                     yield v
+
+
+def local_of(t: torch.Tensor) -> torch.Tensor:
+    """The plain tensor holding ``t``'s bytes on this process: a ``DTensor`` (FSDP2's sharded parameters, their
+    gradients and optimizer state, torch 2.13.0) is a wrapper whose own storage is its full logical size; its one
+    inner tensor (``__tensor_flatten__``, here ``_local_tensor``) is the shard this rank holds."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    while is_traceable_wrapper_subclass(t):
+        inner = [x for x in (getattr(t, n) for n in t.__tensor_flatten__()[0]) if isinstance(x, torch.Tensor)]
+        if len(inner) != 1:  # DTensor 2.13 also names its device_mesh, not a tensor
+            break
+        t = inner[0]
+    return t

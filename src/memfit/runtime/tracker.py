@@ -31,9 +31,8 @@ of allocations, so a snapshot is taken lazily at that free, not on every allocat
 
 Worked example (fp32, one ``nn.Linear(4, 8)``, input ``(2, 4)``): weights 4*8*4 + 8*4 = 160 B; the
 output ``(2, 8)`` is 64 B; ``live_bytes`` after the forward = 160 + 32 (input, created outside) + 64.
-
 A simulated device: ``memory_limit=`` raises :class:`SimulatedOutOfMemoryError` as soon as live bytes
-exceed it, so the out-of-memory path is testable on CPU.
+exceed it, so the out-of-memory path is testable on CPU. A DTensor (FSDP2) counts its local shard's storage.
 
 Extension points (the trace engine uses them; so can a timeline recorder or a Trainer callback):
 ``booked_size(nbytes)``, the bytes the target device books for a storage (the trace's CUDA prediction rounds
@@ -67,7 +66,7 @@ from memfit.runtime.events import (
     StorageEvent,
     StorageObserver,
 )
-from memfit.runtime.ledger import TRACKED_CATEGORIES, CategoryLedger, StorageRecord, optimizer_state_tensors
+from memfit.runtime.ledger import TRACKED_CATEGORIES, CategoryLedger, StorageRecord, local_of, optimizer_state_tensors
 
 __all__ = ["TRACKED_CATEGORIES", "LiveStorage", "LiveTensorTracker", "PeakSnapshot", "SimulatedOutOfMemoryError",
            "StorageEvent", "optimizer_state_tensors"]
@@ -290,7 +289,7 @@ class LiveTensorTracker(TorchDispatchMode):
     # ---- internals ---------------------------------------------------------------------------
     def _storage(self, t: torch.Tensor) -> Any:
         try:
-            return t.untyped_storage()
+            return local_of(t).untyped_storage()
         except (RuntimeError, NotImplementedError):  # sparse, nested, ... : nothing to count
             return None
 

@@ -1,0 +1,46 @@
+"""Sharded agreement rows (:mod:`memfit.validate.rows_sharding`): the estimate's per-GPU peak against every rank's
+measured peak, over 2 and 4 real gloo processes per row. Writes ``## sharding`` of RESULTS.md.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/sharding.py [--gpus 2,4] [--models llama-3.2-1b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _results import write_section
+from memfit.validate.rows_sharding import ShardedRow, run_sharded_matrix, summarise_sharded
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--gpus", default="2,4", help="world sizes, e.g. 2,4")
+    ap.add_argument("--models", default=None, help="only these scaled models (comma-separated)")
+    ap.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+
+    def show(r: ShardedRow) -> None:
+        print(f"{r.label:58s} measured {r.measured_bytes:>13,}  estimate {r.estimate_bytes:>13,}  {r.error:+.3%}",
+              flush=True)
+
+    rows = run_sharded_matrix(gpus=tuple(int(x) for x in args.gpus.split(",")),
+                              models=tuple(args.models.split(",")) if args.models else None, on_row=show)
+    s = summarise_sharded(rows)
+    lines = ["memfit measure --sharding: N real processes (torchrun, gloo on CPU, torch 2.13.0 FSDP2 / DDP / "
+             "ZeroRedundancyOptimizer), each rank's peak of live storage bytes; the measured figure is the largest "
+             "rank's. Estimate = memfit estimate's per-GPU peak.", "",
+             "| row | measured (max rank) B | ranks B | estimate B | error |", "|---|---:|---|---:|---:|"]
+    for r in rows:
+        ranks = " / ".join(f"{b:,}" for b in r.rank_bytes)
+        lines.append(f"| {r.label} | {r.measured_bytes:,} | {ranks} | {r.estimate_bytes:,} | {r.error:+.3%} |")
+    lines += ["", f"{s['rows']} rows: estimate median |error| {s['median_abs_error']:.3%}, max "
+              f"{s['max_abs_error']:.3%} ({time.perf_counter() - t0:.0f} s)"]
+    print("\n".join(lines[-1:]))
+    if not args.no_write:
+        write_section("sharding", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

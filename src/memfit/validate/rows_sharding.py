@@ -1,0 +1,81 @@
+"""Sharded rows of the agreement matrix: the estimate's per-GPU peak against each rank's measured peak.
+
+Every row runs for real on ``gpus`` gloo processes (:func:`memfit.measure.sharded.measure_sharded`, one torchrun
+launch per world size and model); the measured figure is the largest rank's peak of live storage bytes, what
+must fit one GPU. The architectures are the agreement matrix's scaled ones (:func:`scaled_config`): real
+vocabularies, tied (Llama 3.2) and untied (Pythia) embeddings.
+
+    error = (estimate_per_gpu - measured_max_rank) / measured_max_rank
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.estimate.shape import ModelShape
+from memfit.estimate.spec import RunSpec
+from memfit.validate.agreement import scaled_config
+
+SHARDED_MODELS: tuple[tuple[str, int, int], ...] = (("llama-3.2-1b", 256, 2), ("pythia-1.4b", 512, 4))
+SHARDED_SPECS: tuple[RunSpec, ...] = tuple(
+    RunSpec(method="full", precision="fp32", batch=1, seq=64, device="cpu", sharding=sharding, gpus=gpus,
+            nodes=2 if sharding == "hsdp" else 1)
+    for gpus in (2, 4) for sharding in ("ddp", "zero1", "zero2", "fsdp", *(("hsdp",) if gpus == 4 else ())))
+"""fp32 AdamW, one 64-token sequence per rank: 2 ranks x {ddp, zero1, zero2, fsdp}; 4 ranks add hsdp (2 nodes
+of 2)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardedRow:
+    model: str
+    spec: RunSpec
+    measured_bytes: int  # the largest rank's peak
+    rank_bytes: tuple[int, ...]
+    estimate_bytes: int
+
+    @property
+    def error(self) -> float:
+        return (self.estimate_bytes - self.measured_bytes) / self.measured_bytes
+
+    @property
+    def label(self) -> str:
+        s = self.spec
+        nodes = f" ({s.nodes} nodes)" if s.nodes > 1 else ""
+        return f"{self.model} full fp32 b{s.batch} s{s.seq} {s.sharding} x{s.gpus}{nodes}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"row": self.label, "model": self.model, "spec": self.spec.to_dict(),
+                "measured_bytes": self.measured_bytes, "rank_bytes": list(self.rank_bytes),
+                "estimate_bytes": self.estimate_bytes, "estimate_error": self.error}
+
+
+def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...] | None = None,
+                       on_row: Callable[[ShardedRow], None] | None = None) -> list[ShardedRow]:
+    """Measure and estimate every sharded row (one launch per model and world size)."""
+    from memfit.estimate import estimate_memory
+    from memfit.measure.sharded import measure_sharded
+
+    out = []
+    for name, hidden, layers in SHARDED_MODELS:
+        if models is not None and name not in models:
+            continue
+        config = scaled_config(name, hidden, layers)
+        shape = ModelShape.from_hf_config(config, name=name)
+        for n in gpus:
+            specs = [s for s in SHARDED_SPECS if s.gpus == n]
+            for r in measure_sharded(config, specs):
+                row = ShardedRow(model=name, spec=r.spec, measured_bytes=r.peak_bytes,
+                                 rank_bytes=tuple(x.peak_bytes for x in r.ranks),
+                                 estimate_bytes=estimate_memory(shape, r.spec).peak_bytes)
+                out.append(row)
+                if on_row is not None:
+                    on_row(row)
+    return out
+
+
+def summarise_sharded(rows: list[ShardedRow]) -> dict[str, float]:
+    errors = [abs(r.error) for r in rows]
+    return {"rows": len(rows), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)}
