@@ -28,9 +28,10 @@ from typing import Any, Literal, get_args
 
 from memfit.errors import MemfitError
 
-Method = Literal["full", "lora", "qlora"]
+Method = Literal["full", "lora", "qlora", "int8-lora"]
 Precision = Literal["fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "paged-adamw-32bit", "paged-adamw-8bit"]
+AdamWImpl = Literal["fused", "foreach", "forloop"]  # torch.optim.AdamW(fused=True) / (foreach=True) / (both False)
 Checkpointing = Literal["none", "full", "every-k", "sqrt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Device = Literal["cuda", "cpu"]
@@ -73,6 +74,7 @@ class RunSpec:
     loss: Loss = "standard"
     sharding: Sharding = "none"
     gpus: int = 1
+    adamw_impl: AdamWImpl = "fused"
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -83,6 +85,7 @@ class RunSpec:
         _check_choice("device", self.device, Device)
         _check_choice("loss", self.loss, Loss)
         _check_choice("sharding", self.sharding, Sharding)
+        _check_choice("adamw_impl", self.adamw_impl, AdamWImpl)
         for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -113,7 +116,19 @@ class RunSpec:
 
     @property
     def is_adapter(self) -> bool:
-        return self.method in ("lora", "qlora")
+        return self.method in ("lora", "qlora", "int8-lora")
+
+    @property
+    def is_quantised(self) -> bool:
+        """A bitsandbytes base (``qlora``: 4-bit NF4, ``int8-lora``: LLM.int8) under a LoRA adapter, prepared by
+        PEFT's ``prepare_model_for_kbit_training`` (the non-quantised parameters upcast to fp32)."""
+        return self.method in ("qlora", "int8-lora")
+
+    @property
+    def is_paged(self) -> bool:
+        """bitsandbytes' paged optimizers keep their states in CUDA unified memory (``cudaMallocManaged``),
+        outside the CUDA caching allocator's counters."""
+        return self.optimizer.startswith("paged-")
 
     @property
     def is_mixed(self) -> bool:
