@@ -130,6 +130,8 @@ class MemoryEstimate:
             "sharding": None if self.sharded is None else self.sharded.to_dict(),
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
             "trainable_params": self.model_states.trainable_params,
+            # bitsandbytes' paged optimizers: states in CUDA unified memory, outside the allocator and the peak
+            "paged_optimizer_bytes": self.model_states.paged_optimizer,
         }
 
 

@@ -97,9 +97,10 @@ class MatrixRow:
     def label(self) -> str:
         s = self.spec
         targets = ",".join(s.targets) or "default"
-        method = s.method if s.method == "full" else f"lora[{targets}]"
+        method = s.method if s.method == "full" else f"{s.method}[{targets}]" + (
+            " nf4" if s.method == "qlora" and not s.double_quant else "")
         ck = "ckpt" if s.checkpointing != "none" else "-"
-        opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
+        opt = f" {s.optimizer}" if s.optimizer != "adamw" else ("" if s.adamw_impl == "fused" else f" {s.adamw_impl}")
         w = self.shape.sliding_window
         window = f" window {w}" if w is not None and w <= s.seq else ""  # sliding layers past their window
         return (f"{self.model} {method}{opt} {s.precision} {s.attention} {ck} b{s.batch} s{s.seq}{window}"
@@ -284,7 +285,17 @@ def full_matrix() -> list[MatrixRow]:
     """Every scaled architecture times every spec of the grid, then the dropout rows, the other optimizers'
     rows and the rows past a sliding window."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
-            for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix()
+            for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix() \
+        + quant_matrix()
+
+
+def quant_matrix(*, fast: bool = False) -> list[MatrixRow]:
+    """bitsandbytes bases and optimizers, and the AdamW kernels (:mod:`memfit.validate.rows_quant`), at hidden 256
+    and 2 layers (Mistral is not among SCALED_MODELS)."""
+    from memfit.validate.rows_quant import FAST_QUANT_ROWS, QUANT_ROWS
+
+    return [MatrixRow(model=m, config=scaled_config(m, 256, 2), spec=_fit_spec(m, s))
+            for m, s in (FAST_QUANT_ROWS if fast else QUANT_ROWS)]
 
 
 def dropout_matrix() -> list[MatrixRow]:
