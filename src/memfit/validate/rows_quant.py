@@ -47,7 +47,7 @@ QUANT_ROWS: tuple[tuple[str, RunSpec], ...] = (
 # the fast subset in `make test`: seconds each
 FAST_QUANT_ROWS: tuple[tuple[str, RunSpec], ...] = (
     ("llama-3.2-1b", _spec(method="qlora", batch=1, seq=64)),
-    ("llama-3.2-1b", _spec(method="int8-lora", batch=1, seq=32)),
+    ("mistral-7b", _spec(method="int8-lora", batch=2, seq=96, targets=ALL, checkpointing="full")),
     ("qwen2.5-0.5b", _spec(method="qlora", batch=1, seq=32, optimizer="adamw-8bit", targets=ALL,
                            double_quant=False)),
     ("phi-3-mini", _spec(method="full", batch=1, seq=32, adamw_impl="foreach")),

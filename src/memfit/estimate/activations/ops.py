@@ -89,6 +89,7 @@ def linear(rp: Replay, x: SymTensor, lin: Linear, component: str) -> SymTensor:
         # the dequantised weight, so autocast's dtype under autocast)
         if x.requires_grad:
             t.save(x, component)
+            t.held[x.storage] = x.storage_bytes  # a ctx attribute: kept under checkpointing too
         out = t.new(x.shape[:-1] + (lin.out_features,), t.compute_itemsize if t.autocast else x.itemsize,
                     x.requires_grad)
     else:
