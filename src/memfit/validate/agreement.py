@@ -98,7 +98,7 @@ class MatrixRow:
         s = self.spec
         targets = ",".join(s.targets) or "default"
         method = s.method if s.method == "full" else f"{s.method}[{targets}]" + (
-            " nf4" if s.method == "qlora" and not s.double_quant else "")
+            " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = "ckpt" if s.checkpointing != "none" else "-"
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ("" if s.adamw_impl == "fused" else f" {s.adamw_impl}")
         w = self.shape.sliding_window
