@@ -53,7 +53,7 @@ def test_runspec_from_config() -> None:
 @pytest.mark.slow
 def test_runspec_from_live_training_args(tmp_path: Path) -> None:
     """Real objects built on CPU (bf16 on CPU needs use_cpu): read by attribute, never called. By hand: batch 4,
-    accumulation 2, checkpointing on, paged_adamw_8bit -> adamw-8bit, bf16 autocast over a model loaded in
+    accumulation 2, checkpointing on, paged_adamw_8bit -> paged-adamw-8bit, bf16 autocast over a model loaded in
     bf16 -> bf16, LoRA r16 alpha 32 on q_proj/v_proj (PEFT stores a set: memfit sorts it), device cpu."""
     from peft import LoraConfig
     from transformers import LlamaConfig, TrainingArguments
@@ -67,7 +67,7 @@ def test_runspec_from_live_training_args(tmp_path: Path) -> None:
                       task_type="CAUSAL_LM")
     spec = RunSpec.from_training_args(args, model_config, lora)
     assert spec == RunSpec(method="lora", rank=16, alpha=32, lora_dropout=0.05, targets=("q_proj", "v_proj"),
-                           precision="bf16", optimizer="adamw-8bit", batch=4, grad_accum=2, checkpointing="full",
+                           precision="bf16", optimizer="paged-adamw-8bit", batch=4, grad_accum=2, checkpointing="full",
                            device="cpu")
     # the same arguments as the JSON a script writes (args.to_json_string()) read as a file: the same run
     dumped = tmp_path / "training_args.json"

@@ -29,7 +29,8 @@ def test_estimate_cli_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
     65,536,000 (embeddings, lm_head) + 24 x 44,044,288 (q, o 2048x2048; k, v 2048x256; 3 x 2048x5632; two
     norms) + 2048 = 1,188,136,960. LoRA r16 on q, v: 24 x 16 x ((2048 + 2048) + (2048 + 256)) = 2,457,600
     fp32 params. At the loss's backward (b=4, s=2048, T=8,192): frozen 2P = 2,376,273,920, adapter 9,830,400,
-    AdamW 19,660,800, logits 3 x T x V x 4 + T x 8 + 4 = 3,145,793,540, inputs 2 x T x 8 = 131,072."""
+    AdamW 19,660,800 + the fused kernel's 96 step counters on the GPU (24 x 2 x (A, B), one 512-byte block each:
+    49,152) = 19,709,952, logits 3 x T x V x 4 + T x 8 + 4 = 3,145,793,540, inputs 2 x T x 8 = 131,072."""
     code = main(["estimate", "lesson-24x2048", "--batch", "4", "--seq", "2048", "--gpu", "24GiB", "--json"])
     assert code == 0
     d = json.loads(capsys.readouterr().out)
@@ -38,7 +39,7 @@ def test_estimate_cli_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
         assert key in d
     c = d["components"]
     by_hand = {"weights_frozen": 2_376_273_920, "weights_trainable": 9_830_400, "gradients": 0,
-               "optimizer": 19_660_800, "logits": 3_145_793_540, "temporaries": 0, "inputs": 131_072}
+               "optimizer": 19_709_952, "logits": 3_145_793_540, "temporaries": 0, "inputs": 131_072}
     assert {k: c[k] for k in by_hand} == by_hand and d["peak_moment"] == "backward: loss"
     assert d["peak_bytes"] == sum(by_hand.values()) + c["activations"]
     assert d["gpu_bytes"] == 24 * 1024**3

@@ -29,7 +29,8 @@ def test_optimizer_step_of_a_full_gpt2_fine_tune_by_hand() -> None:
     the weights 4P, their gradients 4P, the two moments 8P and the foreach kernels' temporaries (one copy of
     every trainable tensor, 4P; no CPU ``step`` tensors on CUDA) = 20P = 2,488,796,160 B, plus the batch's
     input_ids and labels 2 x 8 x 8 = 128 B."""
-    est = estimate_memory(lookup("gpt2").shape, RunSpec(method="full", precision="fp32", batch=1, seq=8))
+    est = estimate_memory(lookup("gpt2").shape, RunSpec(method="full", precision="fp32", batch=1, seq=8,
+                                                        adamw_impl="foreach"))
     step = next(m for m in est.moments if m.phase == "optimizer")
     assert step.label == "optimizer: step"
     assert dict(step.parts) == {Category.WEIGHTS_FROZEN: 0, Category.WEIGHTS_TRAINABLE: 4 * GPT2_P,

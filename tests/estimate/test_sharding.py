@@ -69,11 +69,12 @@ def test_block_weight_bytes_llama_8b() -> None:
 
 def test_zero3_llama_8b_full_fine_tune_golden() -> None:
     """The module docstring's example, Llama-3.1-8B full fine-tune in bf16, AdamW (bf16 moments), CUDA, b=1,
-    s=2048, zero3 (FSDP2, reshard_after_forward=True) over 8 GPUs. The optimizer step per GPU, by hand with
+    s=2048, zero3 (FSDP2, reshard_after_forward=True) over 8 GPUs, torch's for-each AdamW (``adamw_torch`` on
+    CUDA). The optimizer step per GPU, by hand with
     P = 8,030,261,248: every unit is resharded after its backward (measured: the sharded agreement rows), so
     weights 2P / 8 = 2,007,565,312; gradients 2P / 8; moments 4P / 8 = 4,015,130,624; foreach temporaries
     2P / 8; inputs 2 x 2048 x 8 = 32,768 (never sharded). Total 10,037,859,328."""
-    spec = RunSpec(method="full", precision="bf16", batch=1, seq=2048, sharding="zero3", gpus=8)
+    spec = RunSpec(method="full", precision="bf16", batch=1, seq=2048, sharding="zero3", gpus=8, adamw_impl="foreach")
     est = estimate_memory(resolve_model("llama-3.1-8b"), spec)
     step = next(m for m in est.moments if m.phase == "optimizer")
     assert dict(step.parts) == {W_F: 0, W_T: 2_007_565_312, O: 4_015_130_624, I: 32_768, G: 2_007_565_312,
@@ -100,6 +101,7 @@ def test_sharding_needs_a_world_size() -> None:
 def test_estimate_cli_prints_per_gpu_figures(capsys: pytest.CaptureFixture[str]) -> None:
     """``memfit estimate --sharding zero3 --gpus 8``: the JSON and the table are per GPU (the golden above)."""
     args = ["estimate", "llama-3.1-8b", "--method", "full", "--batch", "1", "--seq", "2048"]
+    args = [*args, "--adamw-impl", "foreach"]  # the for-each step of the README's worked example
     assert main([*args, "--sharding", "zero3", "--gpus", "8", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     step = next(m for m in d["moments"] if m["phase"] == "optimizer")

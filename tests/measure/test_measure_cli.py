@@ -64,7 +64,7 @@ def test_measure_cli_json_in_a_subprocess(config_path: Path, tmp_path: Path,
     (["--batch", "0"], "--batch values must be positive"),
     (["--batch", "two"], "comma-separated positive integers"),
     (["--checkpointing", "sqrt"], "--checkpointing must be one of"),
-    (["--method", "qlora"], "needs bitsandbytes and CUDA"),
+    (["--optimizer", "paged-adamw-8bit"], "runs on CUDA only"),
     (["--seq", "4096"], "longer than the model's 512 positions"),
 ])
 def test_measure_cli_bad_input_is_one_red_line(config_path: Path, args: list[str], message: str,

@@ -73,7 +73,7 @@ def test_checkpointing_is_applied_to_the_decoder_layers() -> None:
 
 
 @pytest.mark.parametrize(("fields", "device", "message"), [
-    ({"method": "qlora"}, "cpu", "needs bitsandbytes and CUDA"),
+    ({"optimizer": "paged-adamw-8bit"}, "cpu", "runs on CUDA only"),
     ({"attention": "flash"}, "cpu", "--attention flash needs CUDA"),
     ({"checkpointing": "sqrt", "offload": True}, "cpu", "drop --offload"),
     ({"loss": "chunked"}, "cpu", "standard loss only"),

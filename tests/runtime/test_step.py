@@ -20,11 +20,18 @@ def test_make_optimizer_builds_what_the_spec_names() -> None:
     model = build_model(LLAMA, RunSpec(method="full"), device="meta")
     adamw = make_optimizer(model, RunSpec(optimizer="adamw"))
     assert type(adamw).__name__ == "AdamW" and adamw.defaults["weight_decay"] == 0.0
+    # the Trainer's default adamw_torch_fused; --adamw-impl foreach / forloop as adamw_torch chooses them
+    assert adamw.defaults["fused"] and not adamw.defaults["foreach"]
+    foreach = make_optimizer(model, RunSpec(adamw_impl="foreach")).defaults
+    forloop = make_optimizer(model, RunSpec(adamw_impl="forloop")).defaults
+    assert (foreach["fused"], foreach["foreach"], forloop["fused"], forloop["foreach"]) == (False, True, False, False)
     assert make_optimizer(model, RunSpec(optimizer="sgd")).defaults["momentum"] == 0
     assert make_optimizer(model, RunSpec(optimizer="sgd-momentum")).defaults["momentum"] == 0.9
     assert type(make_optimizer(model, RunSpec(optimizer="adafactor"))).__name__ == "Adafactor"
-    with pytest.raises(MemfitError, match="adamw-8bit needs bitsandbytes and CUDA"):
-        make_optimizer(model, RunSpec(optimizer="adamw-8bit"))
+    assert type(make_optimizer(model, RunSpec(optimizer="adamw-8bit"))).__name__ == "AdamW8bit"
+    with pytest.raises(MemfitError, match="runs on CUDA only"):
+        make_optimizer(model, RunSpec(optimizer="paged-adamw-8bit"))
+    assert type(make_optimizer(model, RunSpec(optimizer="paged-adamw-32bit"), paged=False)).__name__ == "AdamW32bit"
     model.requires_grad_(False)
     with pytest.raises(MemfitError, match="no trainable parameters"):
         make_optimizer(model, RunSpec())

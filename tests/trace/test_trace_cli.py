@@ -40,10 +40,10 @@ def test_trace_json_reports_the_engine_peak(tmp_path, capsys) -> None:
 def test_trace_unsupported_setting_is_one_line(tmp_path, capsys) -> None:
     cfg = tiny_config("llama", layers=1, hidden=32, heads=2, vocab=300)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    code = main(["trace", str(tmp_path / "config.json"), "--method", "qlora"])
+    code = main(["trace", str(tmp_path / "config.json"), "--loss", "chunked"])
     err = capsys.readouterr().err
     assert code == 1
-    assert "qlora" in err and "Traceback" not in err
+    assert "chunked" in err and "Traceback" not in err
 
 
 def test_trace_runs_an_architecture_the_estimate_does_not_model(tmp_path, capsys) -> None:

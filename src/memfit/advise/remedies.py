@@ -266,7 +266,7 @@ def _adapter(cur: Setup, ctx: Context) -> Options:
 
 
 def _quantize(cur: Setup, ctx: Context) -> Options:
-    if cur.spec.method != "lora":
+    if cur.spec.method not in ("lora", "int8-lora"):
         return NotApplicable(reason="method", facts={"value": cur.spec.method})
     return (cur.with_(method="qlora"),)
 

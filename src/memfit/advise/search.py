@@ -44,7 +44,8 @@ def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[in
     else:
         seqs += [seq_round_up(3 * s0.seq // 4), seq_round_up(s0.seq // 2)]
     seqs = sorted({L for L in [*seqs, *extra_seqs] if L <= s0.seq}, reverse=True)
-    methods = [s0.method] + {"full": ["lora", "qlora"], "lora": ["qlora"], "qlora": []}[s0.method]
+    methods = [s0.method] + {"full": ["lora", "qlora"], "lora": ["qlora"], "int8-lora": ["qlora"],
+                             "qlora": []}[s0.method]
     ranks = [s0.rank] + (halved_ranks(s0.rank) if s0.is_adapter else [])  # a full run made LoRA keeps its rank
     attentions = [a for a in dict.fromkeys([s0.attention, "sdpa"] + (["flash"] if s0.device == "cuda" else []))
                   if kernels is None or a == s0.attention or a in kernels]
@@ -73,7 +74,7 @@ def minimal_setups(initial: Setup, *, data: DataProfile | None, extra_seqs: tupl
     cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels))
     min_seq = min(c.spec.seq for c in cands)
     min_rank = min(c.spec.rank for c in cands)
-    most = {"qlora": 0, "lora": 1, "full": 2}
+    most = {"qlora": 0, "int8-lora": 1, "lora": 2, "full": 3}
     best_method = min((c.spec.method for c in cands), key=lambda m: most[m])
     out = [c for c in cands if c.spec.batch == 1 and c.spec.seq == min_seq and c.spec.rank == min_rank
            and c.spec.method == best_method and c.spec.loss == "chunked"

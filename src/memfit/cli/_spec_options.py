@@ -30,7 +30,8 @@ from memfit.estimate.spec import RunSpec, parse_targets
 _P = inspect.Parameter
 
 SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "method": (str, typer.Option("--method", help="full | lora | qlora (4-bit NF4 base + LoRA)")),
+    "method": (str, typer.Option("--method", help="full | lora | qlora (4-bit NF4 base + LoRA) | int8-lora "
+                                 "(LLM.int8 base + LoRA)")),
     "rank": (int, typer.Option("--rank", "-r", help="LoRA rank r")),
     "alpha": (int, typer.Option("--alpha", help="LoRA alpha")),
     "lora_dropout": (float, typer.Option("--lora-dropout", help="LoRA dropout (PEFT default 0.0)")),
@@ -40,7 +41,9 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
                                           "e.g. embed_tokens,lm_head")),
     "double_quant": (bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantisation")),
     "precision": (str, typer.Option("--precision", "-p", help="fp32 | bf16 | fp16 | mixed-bf16 | mixed-fp16")),
-    "optimizer": (str, typer.Option("--optimizer", help="adamw | adamw-8bit | sgd | sgd-momentum | adafactor")),
+    "optimizer": (str, typer.Option("--optimizer", help="adamw | adamw-8bit | sgd | sgd-momentum | adafactor | "
+                                    "paged-adamw-8bit | paged-adamw-32bit (bitsandbytes; states in CUDA unified "
+                                    "memory, reported apart)")),
     "batch": (int, typer.Option("--batch", "-b", help="micro-batch size")),
     "seq": (int, typer.Option("--seq", "-s", help="sequence length in tokens")),
     "grad_accum": (int, typer.Option("--grad-accum", help="gradient accumulation steps (no effect on the peak)")),
@@ -81,6 +84,9 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
                                                          "the CPU every N eval steps (default: at the end)")),
     "eval_samples": (int | None, typer.Option("--eval-samples", help="examples in the eval set (for --eval-metrics "
                                               "without --eval-accumulation-steps)")),
+    "adamw_impl": (str, typer.Option("--adamw-impl", help="fused (the Trainer's default adamw_torch_fused) | "
+                                     "foreach (adamw_torch on CUDA) | forloop: torch AdamW's kernel, and so its "
+                                     "step's temporaries")),
 }
 
 # Flags that act only in some runs: given explicitly anywhere else, they would be silently ignored, so the
@@ -116,10 +122,12 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                           "optimizer states: it needs --sharding zero1, zero2, zero3, fsdp or hsdp"),
     "bucket_mb": (lambda s: s.sharding in ("ddp", "zero1"), "--bucket-mb is DDP's bucket size: it needs --sharding "
                   "ddp or zero1"),
+    "adamw_impl": (lambda s: s.optimizer == "adamw", "--adamw-impl picks torch AdamW's kernel; it does nothing "
+                   "with another --optimizer: drop it or pass --optimizer adamw"),
 }
 # which spec field decides whether each flag above acts (a command that declares that field itself, such
 # as measure's --checkpointing both, checks the flag on its own)
-_DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing"}
+_DECIDED_BY = {"double_quant": "method", "checkpoint_every": "checkpointing", "adamw_impl": "optimizer"}
 _FSDP = ("zero2", "zero3", "fsdp", "hsdp")
 
 # Upper limits of the run's integer flags, checked where every command receives its spec (flags and --config

@@ -86,6 +86,8 @@ def derive_method(settings: Mapping[str, Any]) -> str | None:
         return None
     if quant == "nf4":
         return "qlora"
+    if quant == "int8" and adapter != "none":
+        return "int8-lora"
     if adapter == "none":
         return "full"
     return "lora"
@@ -229,10 +231,6 @@ def _checks(rows: list[ConfigRow], spec: RunSpec, settings: Mapping[str, Any]) -
         if row.setting == "offload" and row.status == "setting" and spec.checkpointing == "none":
             why = "offloading all saved activations without checkpointing: memfit offloads checkpoints"
             row = replace(row, status="NOT MODELLED", note=_join(row.note, why))
-        if row.setting == "quantization" and row.status == "setting" and settings.get("quantization") == "int8":
-            row = replace(row, status="NOT MODELLED", note=_join(row.note, "an 8-bit (LLM.int8) base: memfit models "
-                                                                           "4-bit NF4; the estimate keeps the base "
-                                                                           f"in {spec.precision}"))
         if row.setting == "quantization" and settings.get("quantization") == "nf4" \
                 and settings.get("adapter") == "none":
             row = replace(row, status="NOT MODELLED", note=_join(row.note, "a 4-bit base needs an adapter"))

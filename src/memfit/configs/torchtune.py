@@ -44,7 +44,8 @@ CATALOGUE = {"llama2_7b": "llama-2-7b", "llama3_1_8b": "llama-3.1-8b", "llama3_1
              "phi3_mini": "phi-3-mini"}
 DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
 OPTIMIZERS = {"torch.optim.AdamW": "adamw", "torch.optim.Adam": "adamw", "bitsandbytes.optim.AdamW8bit": "adamw-8bit",
-              "bitsandbytes.optim.PagedAdamW8bit": "adamw-8bit", "bitsandbytes.optim.PagedAdamW": "adamw",
+              "bitsandbytes.optim.PagedAdamW8bit": "paged-adamw-8bit",
+              "bitsandbytes.optim.PagedAdamW": "paged-adamw-32bit",
               "torchao.optim.AdamW8bit": "adamw-8bit", "torchao.prototype.low_bit_optim.AdamW8bit": "adamw-8bit",
               "torch.optim.SGD": "sgd"}
 CHUNKED_LOSS = "torchtune.modules.loss.CEWithChunkedOutputLoss"
@@ -292,6 +293,8 @@ def _optimizer(r: Reader) -> None:
     r.row("optimizer._component_", "setting", setting="optimizer", memfit_value=name, value=comp,
            note="fused=True" if opt.get("fused") else "")
     r.also("optimizer", name)
+    if name == "adamw" and comp.startswith("torch.optim."):  # torch's default without fused=True: for-each on CUDA
+        r.also("adamw_impl", "fused" if opt.get("fused") else "foreach")
     r.also("optimizer_impl", comp + (" (fused)" if opt.get("fused") else ""))
 
 

@@ -35,44 +35,49 @@ TRAINER_VERSION = "transformers 5.24.0"
 # training_args.py:806-813: default_optim = "adamw_torch_fused" when torch >= 2.8 (memfit pins torch 2.13)
 DEFAULT_OPTIM = "adamw_torch_fused"
 
-# HF optimizer names (OptimizerNames, training_args.py:113) -> memfit's optimizer, with a note
-OPTIMIZERS: dict[str, tuple[str, str]] = {
-    "adamw_torch": ("adamw", "torch AdamW (for-each)"),
-    "adamw_torch_fused": ("adamw", "torch AdamW, fused=True"),
-    "adamw_torch_xla": ("adamw", ""),
-    "adamw_torch_npu_fused": ("adamw", ""),
-    "adamw_apex_fused": ("adamw", ""),
-    "adamw_hf": ("adamw", ""),
-    "adamw_bnb_8bit": ("adamw-8bit", "bitsandbytes AdamW8bit"),
-    "adamw_8bit": ("adamw-8bit", "bitsandbytes AdamW8bit"),
-    "paged_adamw_8bit": ("adamw-8bit", "paged: bitsandbytes keeps the states in CUDA unified memory, outside "
-                         "the allocator's counters; memfit counts them on the GPU"),
-    "paged_adamw_32bit": ("adamw", "paged: bitsandbytes keeps the states in CUDA unified memory, outside the "
-                          "allocator's counters; memfit counts them on the GPU"),
-    "adamw_torch_8bit": ("adamw-8bit", "torchao AdamW8bit"),
-    "sgd": ("sgd", "torch SGD (momentum 0 unless optim_args sets it)"),
-    "adafactor": ("adafactor", ""),
+# HF optimizer names (OptimizerNames, training_args.py:113) -> memfit's optimizer, torch AdamW's kernel (None: not
+# torch AdamW), a note. adamw_torch passes neither fused nor foreach: torch 2.13 then takes the for-each path when
+# every parameter is on CUDA (optimizer._default_to_fused_or_foreach), the for-loop on the CPU.
+OPTIMIZERS: dict[str, tuple[str, str | None, str]] = {
+    "adamw_torch": ("adamw", "foreach", "torch AdamW: for-each on CUDA (torch's default there), for-loop on CPU"),
+    "adamw_torch_fused": ("adamw", "fused", "torch AdamW, fused=True"),
+    "adamw_torch_xla": ("adamw", None, ""),
+    "adamw_torch_npu_fused": ("adamw", None, ""),
+    "adamw_apex_fused": ("adamw", "fused", "apex FusedAdam: in place, as torch's fused kernel"),
+    "adamw_hf": ("adamw", None, ""),
+    "adamw_bnb_8bit": ("adamw-8bit", None, "bitsandbytes AdamW8bit"),
+    "adamw_8bit": ("adamw-8bit", None, "bitsandbytes AdamW8bit"),
+    "paged_adamw_8bit": ("paged-adamw-8bit", None, "paged: bitsandbytes keeps the states in CUDA unified memory, "
+                         "outside the allocator's counters; memfit reports them apart from the device peak"),
+    "paged_adamw_32bit": ("paged-adamw-32bit", None, "paged: bitsandbytes keeps the fp32 states in CUDA unified "
+                          "memory, outside the allocator's counters; memfit reports them apart from the device peak"),
+    "adamw_torch_8bit": ("adamw-8bit", None, "torchao AdamW8bit"),
+    "sgd": ("sgd", None, "torch SGD (momentum 0 unless optim_args sets it)"),
+    "adafactor": ("adafactor", None, ""),
 }
 
 
 def optimizer_setting(r: Reader, field: str, default: str | None = DEFAULT_OPTIM) -> None:
-    """``optim`` -> memfit ``optimizer`` (when memfit models it) and ``optimizer_impl``."""
+    """``optim`` -> memfit ``optimizer`` (when memfit models it), ``adamw_impl`` and ``optimizer_impl``."""
     value = r.get(field, default)
     if value is None:
         return
     value = str(value)
     known = OPTIMIZERS.get(value.lower())
     if known is None:
-        r.not_modelled(field, f"optimizer {value!r}: memfit models adamw, adamw-8bit, sgd, sgd-momentum and "
-                              "adafactor; the estimate keeps --optimizer", active=lambda v: True)
+        r.not_modelled(field, f"optimizer {value!r}: memfit models adamw, adamw-8bit, paged-adamw-8bit/32bit, sgd, "
+                              "sgd-momentum and adafactor; the estimate keeps --optimizer", active=lambda v: True)
         if not r.has(field):
             return
         r.also("optimizer_impl", value)
         return
-    opt, note = known
+    opt, impl, note = known
     r.set("optimizer", opt, field, note=note)
+    if impl == "foreach" and r.get("use_cpu"):  # torch's default on the CPU is the for-loop
+        impl = "forloop"
+    if impl is not None:
+        r.set("adamw_impl", impl, field)
     r.also("optimizer_impl", value)
-
 
 
 def checkpointing_settings(r: Reader, default: bool | None = None) -> None:

@@ -145,6 +145,8 @@ class MemoryEstimate:
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
             "trainable_params": self.model_states.trainable_params,
             "evaluation": eval_summary(self.spec, self.moments),
+            # bitsandbytes' paged optimizers: states in CUDA unified memory, outside the allocator and the peak
+            "paged_optimizer_bytes": self.model_states.paged_optimizer,
         }
 
 
@@ -181,7 +183,7 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     seg = act.segment
     n = shape.n_layers
     host_copy_back = spec.offload and spec.device == "cuda"  # unpack copies the checkpoint back to the device
-    resid_grad = T * shape.hidden * (4 if spec.method == "qlora" else spec.weight_bytes)
+    resid_grad = T * shape.hidden * (4 if spec.is_quantised else spec.weight_bytes)
     G = st.gradients
     g_head = st.grads_head + st.grads_other
     g_layers = st.grads_per_layer * n
@@ -226,8 +228,11 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     out.append(Moment(phase="backward", label="backward: first block",
                       parts={**base, ACTS: first_others + other_saved, GRADS: g_head + g_layers,
                              TEMPS: act.backward_first + resid_grad}))
-    # end of backward: embedding gradient (tied: the embedding backward's result is added in place)
-    tied_extra = st.grads_embed if (shape.tie_embeddings and spec.method == "full") else 0
+    # end of backward: embedding gradient. Tied: the head's weight gradient waits in autograd's input buffer for
+    # the embedding's, and their sum is a third tensor of that size before AccumulateGrad takes it (measured on
+    # CPU steps, torch 2.13: 3 x the embedding's bytes alive beside the other gradients); G books one of them
+    tied = shape.tie_embeddings and spec.method == "full"
+    tied_extra = 2 * shape.vocab * shape.embed_dim * spec.weight_bytes if tied else 0  # the token embedding only
     out.append(Moment(phase="backward", label="backward: embeddings", parts={**base, GRADS: G, TEMPS: tied_extra}))
     if spec.grad_accum > 1:
         out = [_accumulating(m, G) for m in out]

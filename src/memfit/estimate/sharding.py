@@ -90,10 +90,13 @@ def sharded_categories(sharding: Sharding, phase: Phase) -> frozenset[Category]:
 
 
 def block_weight_bytes(shape: ModelShape, spec: RunSpec) -> int:
-    """Bytes of one decoder block's weights as stored (4-bit base: 0.5 B per element, else the precision)."""
+    """Bytes of one decoder block's weights as stored (4-bit base: 0.5 B per element, 8-bit: 1 B, else the
+    precision)."""
     per_layer = count_params(shape).per_layer
     if spec.method == "qlora":
         return per_layer // 2
+    if spec.method == "int8-lora":
+        return per_layer
     return per_layer * spec.weight_bytes
 
 

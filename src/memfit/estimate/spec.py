@@ -28,9 +28,10 @@ from typing import Any, Literal, get_args
 
 from memfit.errors import MemfitError
 
-Method = Literal["full", "lora", "qlora"]
+Method = Literal["full", "lora", "qlora", "int8-lora"]
 Precision = Literal["fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "paged-adamw-32bit", "paged-adamw-8bit"]
+AdamWImpl = Literal["fused", "foreach", "forloop"]  # torch.optim.AdamW(fused=True) / (foreach=True) / (both False)
 Checkpointing = Literal["none", "full", "every-k", "sqrt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Device = Literal["cuda", "cpu"]
@@ -87,6 +88,7 @@ class RunSpec:
     cpu_offload_params: bool = False  # sharded weights (and their gradients) kept in host memory (CPUOffloadPolicy)
     cpu_offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
     bucket_mb: int = 25  # DDP's bucket_cap_mb (torch 2.13.0 default 25): the gradient buckets' split
+    adamw_impl: AdamWImpl = "fused"
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -97,6 +99,7 @@ class RunSpec:
         _check_choice("device", self.device, Device)
         _check_choice("loss", self.loss, Loss)
         _check_choice("sharding", self.sharding, Sharding)
+        _check_choice("adamw_impl", self.adamw_impl, AdamWImpl)
         for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus", "nodes", "prefetch",
                      "bucket_mb"):
             value = getattr(self, name)
@@ -140,7 +143,19 @@ class RunSpec:
 
     @property
     def is_adapter(self) -> bool:
-        return self.method in ("lora", "qlora")
+        return self.method in ("lora", "qlora", "int8-lora")
+
+    @property
+    def is_quantised(self) -> bool:
+        """A bitsandbytes base (``qlora``: 4-bit NF4, ``int8-lora``: LLM.int8) under a LoRA adapter, prepared by
+        PEFT's ``prepare_model_for_kbit_training`` (the non-quantised parameters upcast to fp32)."""
+        return self.method in ("qlora", "int8-lora")
+
+    @property
+    def is_paged(self) -> bool:
+        """bitsandbytes' paged optimizers keep their states in CUDA unified memory (``cudaMallocManaged``),
+        outside the CUDA caching allocator's counters."""
+        return self.optimizer.startswith("paged-")
 
     @property
     def gathers_eval_logits(self) -> bool:

@@ -13,13 +13,29 @@ QLoRA base linear, NF4                      0.5 + 4/64 (fp32 absmax per 64-block
                                             double quantisation 0.5 + 1/64 + 4/(64*256) = 0.5159
 adamw-8bit (bitsandbytes)                   2 x 1 byte + 2 x 4 B absmax per 256-block (tensors of
                                             >= 4096 elements; smaller ones keep 32-bit states)
+paged-adamw-8bit / paged-adamw-32bit        as adamw-8bit / 2 x 4 B (fp32 states whatever the
+                                            parameter's dtype), in CUDA unified memory (see below)
+LLM.int8 base linear (int8-lora)            1 (int8) + 4 B per output row (fp32 ``SCB``)
 sgd / sgd-momentum                          0 / 1 x the parameter's dtype
 adafactor                                   fp32 row + column second moments per >= 2-D tensor, a
                                             full fp32 second moment per 1-D tensor (see below)
 ==========================================  =====================================================
 
 AdamW also keeps one ``step`` tensor per parameter tensor: fp32 0-dim, on the CPU unless
-``capturable``/``fused`` (so it counts only for ``--device cpu``).
+``capturable``/``fused`` (torch 2.13.0 ``Adam._init_group``): it counts for ``--device cpu``, and on CUDA for the
+fused kernel, as one 512-byte allocator block each (``CUDA_BLOCK_BYTES``).
+
+Per 4-bit linear, bitsandbytes 0.50 (``functional.quantize_4bit``, checked against its tensors in
+``tests/estimate/test_quant_storage.py``) keeps, besides the packed weight (ceil(n/2) B, uint8) and the absmax
+(fp32 per 64-block): its own NF4 code (16 fp32 = 64 B, not shared between layers); with double quantisation the
+absmax is uint8 and the nested state adds an fp32 ``offset`` (4 B), ``state2.absmax`` (fp32 per 256 absmax values)
+and ``state2.code`` (the 256-entry fp32 dynamic map, 1,024 B, again per layer).
+
+bitsandbytes' paged optimizers (``paged-adamw-*``, transformers' ``paged_adamw_8bit`` / ``paged_adamw_32bit``)
+allocate their states with ``cudaMallocManaged`` (``bitsandbytes.functional.get_paged``): unified memory that
+``torch.cuda.memory_allocated`` / ``memory_reserved`` do not count and that the driver pages out to host memory
+when the GPU runs short. The estimate keeps them out of the device peak and reports them apart
+(:attr:`ModelStates.paged_optimizer`); ``nvidia-smi`` shows them while they are resident.
 
 Adafactor is ``transformers.optimization.Adafactor`` (transformers 5.24), the one the HF Trainer builds for
 ``optim="adafactor"`` (``trainer_optimizer._get_adafactor``: ``scale_parameter=False, relative_step=False``,
@@ -49,7 +65,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from memfit.estimate.block_parts import Linear
-from memfit.estimate.constants import FP32_BYTES
+from memfit.estimate.constants import CUDA_BLOCK_BYTES, FP32_BYTES
 from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, saved_modules
 from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import ModelShape
@@ -59,6 +75,10 @@ NF4_BLOCK = 64
 DQ_BLOCK = 256
 ADAM8_BLOCK = 256
 ADAM8_MIN_SIZE = 4096
+NF4_CODE_BYTES = 16 * FP32_BYTES  # bitsandbytes get_4bit_type("nf4"): 16 fp32 values, one copy per quantised layer
+DQ_CODE_BYTES = 256 * FP32_BYTES  # create_dynamic_map(signed=True): 256 fp32 values, per layer (state2.code)
+DQ_OFFSET_BYTES = FP32_BYTES  # QuantState.offset: 0-dim fp32
+ADAM8_QMAP_BYTES = 2 * 256 * FP32_BYTES  # AdamW8bit's "dynamic" and "udynamic" maps, shared by every parameter
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,6 +98,7 @@ class ModelStates:
     grads_head: int  # lm_head (or its modules_to_save copy) gradient bytes
     grads_embed: int  # token (+ position) embedding gradient bytes
     grads_other: int  # final norm etc.
+    paged_optimizer: int = 0  # optimizer states in CUDA unified memory (paged-adamw-*), not in ``optimizer``
 
     @property
     def total(self) -> int:
@@ -99,17 +120,26 @@ def _count(shape: ModelShape) -> ParamCount:
 
 
 def nf4_bytes(numel: int, double_quant: bool) -> int:
-    """bitsandbytes NF4 storage of ``numel`` weights: 4 bits each plus the per-64-block absmax constants.
+    """bitsandbytes NF4 storage of one quantised weight of ``numel`` elements: 4 bits each, the per-64-block
+    absmax constants and the layer's quantisation maps (module docstring).
 
     Without double quantisation the absmax is fp32 (4 B per 64 weights); with it, the absmax is 8-bit
-    (1 B per 64) with one fp32 scale per 256 absmax values. Worked for a 4096 x 4096 weight
-    (16,777,216 elements): 8,388,608 + 1,048,576 = 9,437,184 B plain; 8,388,608 + 262,144 + 4,096 =
-    8,654,848 B with double quantisation.
+    (1 B per 64) with one fp32 scale per 256 absmax values, an fp32 offset and the nested 256-entry code.
+    Worked for a 4096 x 4096 weight (16,777,216 elements, 262,144 blocks): 8,388,608 + 1,048,576 + 64 =
+    9,437,248 B plain; 8,388,608 + 262,144 + 4,096 + 64 + 4 + 1,024 = 8,655,940 B with double quantisation.
     """
     blocks = -(-numel // NF4_BLOCK)
+    packed = -(-numel // 2) + NF4_CODE_BYTES
     if double_quant:
-        return numel // 2 + blocks + FP32_BYTES * -(-blocks // DQ_BLOCK)
-    return numel // 2 + FP32_BYTES * blocks
+        return packed + blocks + FP32_BYTES * -(-blocks // DQ_BLOCK) + DQ_OFFSET_BYTES + DQ_CODE_BYTES
+    return packed + FP32_BYTES * blocks
+
+
+def int8_bytes(out_features: int, in_features: int) -> int:
+    """bitsandbytes LLM.int8 storage of one (out, in) weight (``Int8Params`` after ``int8_vectorwise_quant``):
+    the int8 matrix (``CB``, 1 B per element) and one fp32 absmax per output row (``SCB``). Worked for 4096 x
+    4096: 16,777,216 + 16,384 = 16,793,600 B."""
+    return out_features * in_features + FP32_BYTES * out_features
 
 
 def optimizer_bytes(tensors: list[tuple[int, int, int]], spec: RunSpec) -> int:
@@ -119,15 +149,17 @@ def optimizer_bytes(tensors: list[tuple[int, int, int]], spec: RunSpec) -> int:
     prod(shape[:-2]) * shape[-1] (Adafactor's factored second moment, see the module docstring).
     """
     total = 0
-    step = FP32_BYTES if spec.device == "cpu" else 0
+    step = FP32_BYTES if spec.device == "cpu" else (CUDA_BLOCK_BYTES if spec.adamw_impl == "fused" else 0)
     for numel, bpe, factored in tensors:
         if spec.optimizer == "adamw":
             total += 2 * numel * bpe + step
-        elif spec.optimizer == "adamw-8bit":
+        elif spec.optimizer in ("adamw-8bit", "paged-adamw-8bit"):
             if numel >= ADAM8_MIN_SIZE:
                 total += 2 * numel + 2 * FP32_BYTES * -(-numel // ADAM8_BLOCK)
             else:
                 total += 2 * numel * FP32_BYTES
+        elif spec.optimizer == "paged-adamw-32bit":  # bitsandbytes' 32-bit states are fp32 (Optimizer2State)
+            total += 2 * numel * FP32_BYTES
         elif spec.optimizer == "sgd":
             total += 0
         elif spec.optimizer == "sgd-momentum":
@@ -197,9 +229,12 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         rest = embed + head + other
         trainable = pc.total
         tensors = all_blocks + rest
+        opt = blocks_optimizer + optimizer_bytes(rest, spec)
+        if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit") and any(n >= ADAM8_MIN_SIZE for n, _, _ in tensors):
+            opt += ADAM8_QMAP_BYTES
         return ModelStates(
             weights_frozen=0, weights_trainable=trainable * w, gradients=trainable * w,
-            optimizer=blocks_optimizer + optimizer_bytes(rest, spec),
+            optimizer=0 if spec.is_paged else opt, paged_optimizer=opt if spec.is_paged else 0,
             trainable_params=trainable, frozen_params=0,
             largest_tensor=max(n * b for n, b, _ in tensors),
             adafactor_step=max(adafactor_step_bytes(*t) for t in tensors),
@@ -212,20 +247,32 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     lora_params = sum(sum(n for n, _, _ in tensors) * layers for tensors, layers in groups)
     saved = saved_modules(shape, spec)
     mts = sum(m.numel for m in saved)
-    mts_b = FP32_BYTES if spec.method == "qlora" else w
+    mts_b = FP32_BYTES if spec.is_quantised else w
     head_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "head"]
     emb_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "embed"]
     rest = head_t + emb_t
     tensors = all_blocks + rest
     trainable_bytes = lora_params * FP32_BYTES + mts * mts_b
-    if spec.method == "qlora":
-        lin_numel = sum(lin.weight_numel * n for sub, n in shape.layer_groups() for lin in block_linears(sub))
-        frozen = nf4_bytes(lin_numel, spec.double_quant) + (pc.total - lin_numel) * FP32_BYTES
+    if spec.is_quantised:
+        # each block linear quantised on its own (its blocks, its maps), per layer kind; the rest upcast to fp32
+        # by PEFT's prepare_model_for_kbit_training
+        lin_groups = [(block_linears(sub), n) for sub, n in shape.layer_groups()]
+        lin_numel = sum(lin.weight_numel * n for lins, n in lin_groups for lin in lins)
+        if spec.method == "qlora":
+            quantised = sum(nf4_bytes(lin.weight_numel, spec.double_quant) * n
+                            for lins, n in lin_groups for lin in lins)
+        else:
+            quantised = sum(int8_bytes(lin.out_features * lin.experts, lin.in_features) * n
+                            for lins, n in lin_groups for lin in lins)
+        frozen = quantised + (pc.total - lin_numel) * FP32_BYTES
     else:
         frozen = pc.total * w
+    opt = blocks_optimizer + optimizer_bytes(rest, spec)
+    if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit") and any(n >= ADAM8_MIN_SIZE for n, _, _ in tensors):
+        opt += ADAM8_QMAP_BYTES
     return ModelStates(
         weights_frozen=frozen, weights_trainable=trainable_bytes, gradients=trainable_bytes,
-        optimizer=blocks_optimizer + optimizer_bytes(rest, spec),
+        optimizer=0 if spec.is_paged else opt, paged_optimizer=opt if spec.is_paged else 0,
         trainable_params=lora_params + mts, frozen_params=pc.total,
         largest_tensor=max((n * b for n, b, _ in tensors), default=0),
         adafactor_step=max((adafactor_step_bytes(*t) for t in tensors), default=0),
@@ -236,19 +283,26 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
 
 
 def optimizer_temporaries(states: ModelStates, spec: RunSpec) -> int:
-    """Extra bytes torch's optimizer step allocates on top of its states.
+    """Extra bytes the optimizer step allocates on top of its states (torch 2.13.0 ``torch/optim/adam.py``).
 
-    torch.optim.AdamW picks the single-tensor loop on the CPU and the foreach kernels on CUDA. The loop
-    computes ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` one tensor at a time: two
-    temporaries the size of the largest trainable tensor. ``_foreach_sqrt(exp_avg_sqs)`` makes one
-    temporary per tensor at once: the size of all trainable tensors. 8-bit AdamW runs a fused kernel (none);
-    SGD with momentum none; transformers' Adafactor, on either device, what its update of the costliest
-    tensor allocates (:func:`adafactor_step_bytes`).
+    ``--adamw-impl`` picks torch AdamW's path explicitly (``fused=True`` / ``foreach=True`` / both False), as the
+    Trainer's ``optim`` names do (``adamw_torch_fused``, the default, and ``adamw_torch``, which on CUDA takes
+    torch's default for-each path):
+
+    - ``fused``: ``torch._fused_adamw_`` updates every tensor in place, no temporaries (CPU and CUDA);
+    - ``foreach``: ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`` makes one temporary per tensor at
+      once: the size of every trainable tensor (the second moments are in the parameters' dtype);
+    - ``forloop``: ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` one tensor at a time: two
+      temporaries the size of the largest trainable tensor.
+
+    bitsandbytes' 8-bit and paged kernels update in place (none); SGD with momentum none; transformers'
+    Adafactor, on either device, what its update of the costliest tensor allocates (:func:`adafactor_step_bytes`).
     """
     if spec.optimizer == "adafactor":
         return states.adafactor_step
     if spec.optimizer == "adamw":
-        if spec.device == "cuda":
+        if spec.adamw_impl == "foreach":
             return states.weights_trainable
-        return 2 * states.largest_tensor
+        if spec.adamw_impl == "forloop":
+            return 2 * states.largest_tensor
     return 0

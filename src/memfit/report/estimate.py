@@ -53,6 +53,11 @@ def estimate_table(est: MemoryEstimate) -> Table:
         if sh.host_bytes:
             caption += (f"; host memory per rank (offloaded states): {sh.host_bytes:,} B "
                         f"({sh.host_bytes / BYTES_PER_GIB:.3f} GiB)")
+    paged = est.model_states.paged_optimizer
+    if paged:
+        caption += (f"; {s.optimizer}: optimizer states {paged:,} B ({paged / BYTES_PER_GIB:.3f} GiB) in CUDA "
+                    "unified memory, outside torch.cuda's allocated/reserved counters and not in the peak (paged "
+                    "to host memory when the GPU is full; nvidia-smi shows them while resident)")
     t = Table(title=title, caption=caption)
     t.add_column("component")
     t.add_column("bytes", justify="right")

@@ -11,8 +11,8 @@ spec field          what the model gets
                     the step runs under.
 ``method``          ``full``: every parameter trains. ``lora``: ``peft.get_peft_model`` with
                     ``LoraConfig(r=rank, lora_alpha=alpha, lora_dropout, target_modules, modules_to_save)``;
-                    adapter weights are fp32 (PEFT's ``autocast_adapter_dtype=True``). ``qlora``: needs
-                    bitsandbytes and CUDA.
+                    adapter weights are fp32 (PEFT's ``autocast_adapter_dtype=True``). ``qlora`` /
+                    ``int8-lora``: a bitsandbytes 4-bit / 8-bit base (:mod:`memfit.runtime.quantise`), then LoRA.
 ``targets``         ``()`` = PEFT's default for the architecture, ``("all-linear",)`` = ``"all-linear"``.
 ``checkpointing``   ``full``: every decoder layer, non-reentrant (``use_reentrant=False``);
                     ``every-k``: one decoder layer in ``checkpoint_every`` (transformers'
@@ -112,11 +112,15 @@ def hf_config(config: dict[str, Any]) -> Any:
 
 def check_spec(spec: RunSpec, device: str) -> None:
     """Raise a MemfitError for spec settings the real model cannot run on ``device``."""
-    if spec.method == "qlora":
-        if device != "cuda" or importlib.util.find_spec("bitsandbytes") is None:
-            raise MemfitError("--method qlora needs bitsandbytes and CUDA to measure "
-                              "(pip install bitsandbytes on a CUDA machine); use --method lora here, "
-                              "or `memfit estimate` for the QLoRA prediction")
+    if spec.is_quantised or spec.optimizer.endswith("bit"):
+        from memfit.runtime.quantise import require_bitsandbytes
+
+        require_bitsandbytes(spec)
+    if spec.is_paged and device not in ("cuda", "meta"):
+        twin = "adamw-8bit" if spec.optimizer == "paged-adamw-8bit" else "adamw"
+        raise MemfitError(f"--optimizer {spec.optimizer} keeps its states in CUDA unified memory and runs on CUDA "
+                          f"only; on {device} measure --optimizer {twin} (`memfit trace` and `memfit estimate` take "
+                          f"{spec.optimizer} on any machine)")
     if spec.checkpointing == "sqrt" and spec.offload:
         raise MemfitError("--offload runs transformers' per-layer checkpoints in host memory; with --checkpointing "
                           "sqrt (memfit's segments) it is not measured: drop --offload, or use full or every-k")
@@ -167,6 +171,10 @@ def build_model(config: dict[str, Any], spec: RunSpec, device: str = "cpu") -> t
                 cfg, attn_implementation=ATTN_IMPLEMENTATION[spec.attention], dtype=weight_dtype(spec),
                 **_experts_kwargs(cfg, spec))
     model.config.use_cache = False
+    if spec.is_quantised:
+        from memfit.runtime.quantise import quantise_model
+
+        model = quantise_model(model, spec)
 
     apply_checkpointing(model, spec)
     if spec.is_adapter:
@@ -267,14 +275,22 @@ def to_fake(model: torch.nn.Module, mode: Any, device: str | torch.device = "cpu
     """
     from torch._subclasses.fake_tensor import FakeTensor
 
+    from memfit.runtime.quantise import fake_quantised
+
     device = torch.device(device)
     converter = mode.fake_tensor_converter
     memo: dict[int, torch.Tensor] = {}
+    keys: list[torch.Tensor] = []  # the memo's keys kept alive: a temporary's id() (p.data) is reused once it dies
 
     def fake_of(t: torch.Tensor) -> torch.Tensor:
         key = id(t)
         if key in memo:
             return memo[key]
+        keys.append(t)
+        quantised = fake_quantised(t, fake_of)
+        if quantised is not None:  # a bitsandbytes weight: its class and quantisation state kept, faked
+            memo[key] = quantised
+            return quantised
         if isinstance(t, FakeTensor):
             out: torch.Tensor = t
         elif t.device.type == "meta":

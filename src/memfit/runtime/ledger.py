@@ -124,6 +124,8 @@ class CategoryLedger:
 def optimizer_state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
     """Every tensor in ``optimizer.state`` (AdamW's ``exp_avg``, ``exp_avg_sq`` and ``step``; SGD's
     ``momentum_buffer``; Adafactor's factors), as the tracker classifies them."""
+    # bitsandbytes' 8-bit maps ("dynamic", "udynamic"), made when the optimizer is, shared by every parameter
+    yield from (v for v in getattr(optimizer, "name2qmap", {}).values() if isinstance(v, torch.Tensor))
     state = getattr(optimizer, "state", {})
     for per_param in list(state.values()):
         if isinstance(per_param, dict):

@@ -54,19 +54,24 @@ class StepInputs:
     attention_mask: torch.Tensor | None = None
 
 
-def make_optimizer(model: torch.nn.Module, spec: RunSpec) -> Any:
+def make_optimizer(model: torch.nn.Module, spec: RunSpec, *, paged: bool = True) -> Any:
     """The optimizer ``spec.optimizer`` names, over the trainable parameters, as the Trainer builds it.
 
-    ``adamw``: ``torch.optim.AdamW`` (foreach on CUDA by torch's default, moments in the parameter's
-    dtype); ``sgd``: ``torch.optim.SGD`` (no state); ``sgd-momentum``: SGD with momentum 0.9 (one buffer);
+    ``adamw``: ``torch.optim.AdamW`` with ``spec.adamw_impl``'s path: ``fused=True`` (the Trainer's default
+    ``adamw_torch_fused``), ``foreach=True``, or both False (the for-loop), moments in the parameter's dtype;
+    ``sgd``: ``torch.optim.SGD`` (no state); ``sgd-momentum``: SGD with momentum 0.9 (one buffer);
     ``adafactor``: transformers' ``Adafactor(scale_parameter=False, relative_step=False)`` (factored
-    second moment); ``adamw-8bit``: bitsandbytes ``AdamW8bit`` (CUDA only).
+    second moment); ``adamw-8bit``: bitsandbytes ``AdamW8bit`` (what the Trainer's ``adamw_bnb_8bit`` builds; it
+    runs on the CPU too in bitsandbytes 0.50); ``paged-adamw-8bit`` / ``paged-adamw-32bit``: ``PagedAdamW8bit`` /
+    ``PagedAdamW32bit`` (CUDA only; ``paged=False`` builds their non-paged twins ``AdamW8bit`` / ``AdamW32bit``,
+    the same states allocated as tensors, which is what the trace runs on fake tensors).
     """
     params = trainable_parameters(model)
     if not params:
         raise MemfitError("the model has no trainable parameters: check --method and --targets")
     if spec.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0)
+        return torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0, fused=spec.adamw_impl == "fused",
+                                 foreach=spec.adamw_impl == "foreach")
     if spec.optimizer == "sgd":
         return torch.optim.SGD(params, lr=LEARNING_RATE)
     if spec.optimizer == "sgd-momentum":
@@ -76,13 +81,21 @@ def make_optimizer(model: torch.nn.Module, spec: RunSpec) -> Any:
 
         return Adafactor(params, lr=LEARNING_RATE, scale_parameter=False, relative_step=False,
                          warmup_init=False)
-    if spec.optimizer == "adamw-8bit":
-        if importlib.util.find_spec("bitsandbytes") is None or params[0].device.type != "cuda":
-            raise MemfitError("--optimizer adamw-8bit needs bitsandbytes and CUDA to measure; "
-                              "use --optimizer adamw here, or `memfit estimate` for the 8-bit prediction")
+    if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"):
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise MemfitError(f"--optimizer {spec.optimizer} needs bitsandbytes: pip install 'memfit[torch]'")
         import bitsandbytes as bnb  # type: ignore[import-not-found]
 
-        return bnb.optim.AdamW8bit(params, lr=LEARNING_RATE)
+        if spec.optimizer == "adamw-8bit":
+            return bnb.optim.AdamW8bit(params, lr=LEARNING_RATE, weight_decay=0.0)
+        if not paged:
+            cls = bnb.optim.AdamW8bit if spec.optimizer == "paged-adamw-8bit" else bnb.optim.AdamW32bit
+            return cls(params, lr=LEARNING_RATE, weight_decay=0.0)
+        if params[0].device.type != "cuda":
+            raise MemfitError(f"--optimizer {spec.optimizer} runs on CUDA only (unified memory); on the CPU use "
+                              "--optimizer adamw-8bit or adamw")
+        cls = bnb.optim.PagedAdamW8bit if spec.optimizer == "paged-adamw-8bit" else bnb.optim.PagedAdamW32bit
+        return cls(params, lr=LEARNING_RATE, weight_decay=0.0)
     raise MemfitError(f"unknown --optimizer {spec.optimizer!r}")
 
 

@@ -67,6 +67,7 @@ from memfit.runtime.events import (
     StorageObserver,
 )
 from memfit.runtime.ledger import TRACKED_CATEGORIES, CategoryLedger, StorageRecord, local_of, optimizer_state_tensors
+from memfit.runtime.quantise import quant_state_tensors
 
 __all__ = ["TRACKED_CATEGORIES", "LiveStorage", "LiveTensorTracker", "PeakSnapshot", "SimulatedOutOfMemoryError",
            "StorageEvent", "optimizer_state_tensors"]
@@ -144,7 +145,7 @@ class LiveTensorTracker(TorchDispatchMode):
             if p.requires_grad:
                 self._hooks.append(p.register_post_accumulate_grad_hook(
                     functools.partial(_grad_ready, weakref.ref(self))))
-        for b in model.buffers():
+        for b in [*model.buffers(), *quant_state_tensors(model)]:  # bitsandbytes' QuantState / SCB: frozen weights
             self._register(b, Category.WEIGHTS_FROZEN)
         get_head = getattr(model, "get_output_embeddings", None)
         head = get_head() if callable(get_head) else None
@@ -168,7 +169,6 @@ class LiveTensorTracker(TorchDispatchMode):
             else:
                 self._register(t, category)
 
-    # ---- observers ---------------------------------------------------------------------------
     def subscribe(self, *, on_storage: StorageObserver | None = None,
                   on_phase: PhaseObserver | None = None) -> Callable[[], None]:
         """Call ``on_storage(event)`` at every change of the live bytes and ``on_phase(name)`` at every phase

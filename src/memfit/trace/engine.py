@@ -71,7 +71,6 @@ from memfit.trace.cuda import (
     cuda_attention,
     host_storages,
     round_cuda,
-    use_foreach,
 )
 from memfit.trace.fake import known_inputs, warm_optimizer
 from memfit.trace.result import ModuleBytes, TraceResult
@@ -81,12 +80,6 @@ Progress = Callable[[str], None]
 
 def check_trace_spec(spec: RunSpec) -> None:
     """Raise a MemfitError for settings trace cannot run on fake tensors, naming what to do instead."""
-    if spec.method == "qlora":
-        raise MemfitError("trace cannot run --method qlora: bitsandbytes' 4-bit kernels have no fake-tensor "
-                          "support; use `memfit estimate --method qlora`, or trace --method lora")
-    if spec.optimizer == "adamw-8bit":
-        raise MemfitError("trace cannot run --optimizer adamw-8bit (bitsandbytes has no fake-tensor support); "
-                          "use `memfit estimate` for it, or trace --optimizer adamw")
     if spec.loss == "chunked":
         raise MemfitError("trace runs transformers' standard loss or TRL's (--loss trl); drop --loss chunked "
                           "(`memfit estimate` models the chunked loss)")
@@ -142,15 +135,17 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
     mode = FakeTensorMode(allow_non_fake_inputs=False)
     say("building the model on fake tensors")
     model = fake_model(config, build_spec, mode, device="cpu")
-    optimizer = make_optimizer(model, spec)
-    if is_cuda:
-        use_foreach(optimizer)
+    # a paged optimizer runs its non-paged twin on the fake tensors; its states, in CUDA unified memory, are not
+    # booked as device memory (the estimate reports them apart)
+    optimizer = make_optimizer(model, spec, paged=False)
     scaler = make_scaler(build_spec, "cpu")
     say("creating the optimizer state")
     warm_optimizer(model, optimizer, mode)
     build_seconds = time.perf_counter() - t0
 
     host = host_storages(optimizer) if is_cuda else set()
+    if spec.is_paged:
+        host |= {id(t.untyped_storage()) for t in optimizer_state_tensors(optimizer)}
     offloaded = HostCopies(device_copy_on_unpack=is_cuda)  # --offload's host copies, booked apart
 
     def on_host(storage: Any) -> bool:

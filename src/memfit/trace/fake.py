@@ -17,12 +17,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 
 def warm_optimizer(model: torch.nn.Module, optimizer: Any, mode: FakeTensorMode) -> None:
     """Let ``optimizer`` allocate its lazily created state, as its first real step does (fake: free)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    qmaps = getattr(optimizer, "name2qmap", None)  # bitsandbytes' 8-bit code tables, made real with the optimizer
+    if isinstance(qmaps, dict):
+        for key, value in list(qmaps.items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+                qmaps[key] = mode.from_tensor(value)
     with mode, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for p in params:

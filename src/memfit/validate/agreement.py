@@ -105,12 +105,13 @@ class MatrixRow:
     def label(self) -> str:
         s = self.spec
         targets = ",".join(s.targets) or "default"
-        method = s.method if s.method == "full" else f"lora[{targets}]"
+        method = s.method if s.method == "full" else f"{s.method}[{targets}]" + (
+            " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         if s.checkpointing in ("sqrt", "every-k"):  # segments / one block in k: the depth matters, say it
             mode = "sqrt" if s.checkpointing == "sqrt" else f"every{s.checkpoint_every}"
             ck = f"ckpt-{mode} L{self.shape.n_layers}"
-        opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
+        opt = f" {s.optimizer}" if s.optimizer != "adamw" else ("" if s.adamw_impl == "fused" else f" {s.adamw_impl}")
         w = self.shape.sliding_window
         window = f" window {w}" if w is not None and w <= s.seq else ""  # sliding layers past their window
         return (f"{self.model} {method}{opt} {s.precision} {s.attention} {ck} b{s.batch} s{s.seq}{window}"
@@ -309,7 +310,7 @@ def full_matrix() -> list[MatrixRow]:
     rows, the rows past a sliding window and those with dense-MLP layers among MoE ones."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
             for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix() \
-        + layer_kind_matrix() + offload_matrix()
+        + layer_kind_matrix() + offload_matrix() + quant_matrix()
 
 
 def layer_kind_matrix() -> list[MatrixRow]:
@@ -321,6 +322,15 @@ def layer_kind_matrix() -> list[MatrixRow]:
 def offload_matrix(rows: tuple[tuple[str, RunSpec], ...] = OFFLOAD_ROWS) -> list[MatrixRow]:
     """The --offload rows (:mod:`memfit.validate.rows_offload`; ``FAST_OFFLOAD_ROWS`` for the fast subset)."""
     return [MatrixRow(model=m, config=_scaled(m), spec=_fit_spec(m, s)) for m, s in rows]
+
+
+def quant_matrix(*, fast: bool = False) -> list[MatrixRow]:
+    """bitsandbytes bases and optimizers, and the AdamW kernels (:mod:`memfit.validate.rows_quant`), at hidden 256
+    and 2 layers (Mistral is not among SCALED_MODELS)."""
+    from memfit.validate.rows_quant import FAST_QUANT_ROWS, QUANT_ROWS
+
+    return [MatrixRow(model=m, config=scaled_config(m, 256, 2), spec=_fit_spec(m, s))
+            for m, s in (FAST_QUANT_ROWS if fast else QUANT_ROWS)]
 
 
 def dropout_matrix() -> list[MatrixRow]:

@@ -123,6 +123,7 @@ class _Blocks:
     first_out: SymTensor
     last: SymTensor
     layers_extra: int = 0
+    held_per: int = 0  # bytes of a typical block's storages held by an autograd ctx (Tape.held)
 
 
 def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
@@ -199,7 +200,8 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
                    backward_first=backward_first, backward_per=backward_per,
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
-                   first_out=x1, last=x2, layers_extra=extra)
+                   first_out=x1, last=x2, layers_extra=extra,
+                   held_per=sum(t.held.get(s, 0) for s in per_saved if s != x1.storage))
 
 
 def _check_run(rp: Replay) -> None:
@@ -237,9 +239,12 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     ck = checkpoints(shape, spec, layer_input=layer_input, mask_itemsize=rp.float_itemsize,
                      sliding_masks=any(sdpa_masked_layers(shape, spec)), leaf_input=leaf)
     first, per = sum(blocks.first.values()), sum(blocks.per.values())
+    # what checkpointed blocks cannot drop (LLM.int8 linears' inputs, held by their autograd ctx), kept beside
+    # their checkpoints through the forward
+    held = blocks.held_per * (shape.n_layers - ck.plain_blocks) if ck.segment else 0
     return ActivationBytes(
         first_layer=first, per_layer=per, by_component=blocks.per, first_by_component=blocks.first,
-        shared=shared, head=head.saved, loss=head.loss, embedding=embedding, checkpoints=ck.kept_bytes,
+        shared=shared, head=head.saved, loss=head.loss, embedding=embedding, checkpoints=ck.kept_bytes + held,
         n_layers=shape.n_layers, segment=ck.segment, layer_input=layer_input, logits_bytes=head.logits_bytes,
         loss_workspace=head.loss_workspace, backward_first=max(first, blocks.backward_first),
         backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,

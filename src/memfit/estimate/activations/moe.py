@@ -114,7 +114,7 @@ def _autocast_expert_copies(rp: Replay, rows: SymTensor, lin: Linear, component:
     receive rows). Worked (E=4, i=128, h=64, bf16): gate_up 3 x 2*128*64*2 = 98,304 B, down 3 x 128*64*2 =
     49,152 B more per block: the -37% a tiny Mixtral / Qwen3-MoE LoRA mixed-bf16 step showed on saved bytes."""
     t = rp.tape
-    if not (t.autocast and _eager_loop(rp) and rows.requires_grad and rp.spec.method != "qlora"):
+    if not (t.autocast and _eager_loop(rp) and rows.requires_grad and not rp.spec.is_quantised):
         return
     for _ in range(lin.experts - 1):
         t.save(t.new((lin.out_features, lin.in_features), t.compute_itemsize, rp.full), component + "/weight_copy")
@@ -173,7 +173,7 @@ def _router_logits(rp: Replay, x: SymTensor, router: Linear) -> SymTensor:
 def _expert_itemsize(rp: Replay) -> int:
     """The expert weights' dtype as the experts run: the weight dtype. Under mixed precision the fp32 experts
     run in fp32 (transformers' grouped_mm casts the input to the weight's dtype)."""
-    return rp.tape.compute_itemsize if rp.spec.method == "qlora" else rp.spec.weight_bytes
+    return rp.tape.compute_itemsize if rp.spec.is_quantised else rp.spec.weight_bytes
 
 
 def _effective_weight(rp: Replay, lin: Linear, component: str, *, pending: int) -> SymTensor:

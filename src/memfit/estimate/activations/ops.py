@@ -7,7 +7,9 @@ linear + LoRA          the base linear; PEFT's branch ``lora_B(lora_A(dropout(x.
                        adapted linear casts its input to fp32 (a copy lora_A saves) and has its own
                        dropout; under autocast the adapters' bf16 copies are saved too
 QLoRA linear           nothing for the frozen 4-bit weight (bitsandbytes' MatMul4Bit keeps the packed
-                       weight, a parameter); the adapter as above
+                       weight, a parameter); the output is cast back to x's dtype; the adapter as above
+LLM.int8 linear        x itself (``ctx.A`` of MatMul8bitFp on CPU, of MatMul8bitLt on CUDA; CUDA's outlier
+                       columns ``subA`` depend on the values: not modelled); the adapter as above
 RMSNorm                fp32 copy of x, rsqrt (b*s*4 B), and the normalised x in the input dtype when the
                        norm weight is trained (Gemma: the fp32 product with 1 + w instead)
 LayerNorm              x, mean, rstd (fp32 on CUDA or for fp32 x) when anything involved requires grad
@@ -70,7 +72,7 @@ class Replay:
         """The dtype of the weights that are not quantised (norms, embeddings, lm_head) and so of the embedding
         output and the residual stream: fp32 under QLoRA (``prepare_model_for_kbit_training`` upcasts them),
         else the weights' dtype."""
-        return FP32_BYTES if self.spec.method == "qlora" else self.spec.weight_bytes
+        return FP32_BYTES if self.spec.is_quantised else self.spec.weight_bytes
 
 
 # ---- linear layers -----------------------------------------------------------------------------
@@ -79,9 +81,17 @@ def linear(rp: Replay, x: SymTensor, lin: Linear, component: str) -> SymTensor:
     """A block linear, x (..., in) -> (..., out), with its LoRA branch when adapted (PEFT ``lora.Linear``)."""
     t = rp.tape
     if rp.spec.method == "qlora":
-        # bitsandbytes Linear4bit: x.to(compute dtype); MatMul4Bit keeps only the 4-bit weight (a parameter)
-        # for the input gradient, the dequantised weight is a transient
-        out = t.new(x.shape[:-1] + (lin.out_features,), t.compute_itemsize, x.requires_grad)
+        # bitsandbytes 0.50 Linear4bit.forward: matmul_4bit(x.to(compute dtype), ...).to(x.dtype); MatMul4Bit
+        # keeps only the 4-bit weight (a parameter) for the input gradient, the dequantised weight is a transient
+        out = t.new(x.shape[:-1] + (lin.out_features,), x.itemsize, x.requires_grad)
+    elif rp.spec.method == "int8-lora":
+        # Linear8bitLt.forward: bnb.matmul(x, ...) keeps x on its ctx (MatMul8bitFp on the CPU: F.linear with
+        # the dequantised weight, so autocast's dtype under autocast)
+        if x.requires_grad:
+            t.save(x, component)
+            t.held[x.storage] = x.storage_bytes  # a ctx attribute: kept under checkpointing too
+        out = t.new(x.shape[:-1] + (lin.out_features,), t.compute_itemsize if t.autocast else x.itemsize,
+                    x.requires_grad)
     else:
         w = t.weight((lin.out_features, lin.in_features), rp.spec.weight_bytes, rp.full)
         out = t.linear(x, w, lin.out_features, component)

@@ -93,6 +93,9 @@ class Tape:
     saved: dict[int, Saved] = field(default_factory=dict)
     events: list[BackwardEvent] = field(default_factory=list)
     saved_total: int = 0
+    # storages an autograd Function keeps as a ctx attribute, not via save_for_backward: checkpointing cannot drop
+    # them (bitsandbytes' LLM.int8 matmuls keep x as ``ctx.A``)
+    held: dict[int, int] = field(default_factory=dict)
     _params: set[int] = field(default_factory=set, init=False, repr=False)
     _next: int = field(default=0, init=False, repr=False)
 
