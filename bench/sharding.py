@@ -30,7 +30,8 @@ def main() -> None:
     s = summarise_sharded(rows)
     lines = ["memfit measure --sharding: N real processes (torchrun, gloo on CPU, torch 2.13.0 FSDP2 / DDP / "
              "ZeroRedundancyOptimizer), each rank's peak of live storage bytes; the measured figure is the largest "
-             "rank's. Estimate = memfit estimate's per-GPU peak.", "",
+             "rank's. AdamW's for-loop kernel (torch's default on CPU tensors). Estimate = memfit estimate's per-GPU "
+             "peak.", "",
              "| row | measured (max rank) B | ranks B | estimate B | error |", "|---|---:|---|---:|---:|"]
     for r in rows:
         ranks = " / ".join(f"{b:,}" for b in r.rank_bytes)

@@ -146,12 +146,12 @@ def test_trace_refuses_a_sharded_run_and_measure_a_sharded_lora(capsys: pytest.C
 
 
 def test_offloaded_optimizer_moves_to_host_by_hand() -> None:
-    """Llama-3.1-8B full bf16 AdamW, zero3 over 8 GPUs, --offload-optimizer: each rank's moments 4P / 8 =
+    """Llama-3.1-8B full bf16 for-each AdamW, zero3 over 8 GPUs, --offload-optimizer: each rank's moments 4P / 8 =
     4,015,130,624 B live on the host, and in the step its foreach temporaries 2P / 8 = 2,007,565,312 B too: host
     6,022,695,936 B; the GPU's step keeps the weight and gradient shards and the inputs (2,007,565,312 x 2 +
     32,768)."""
     spec = RunSpec(method="full", precision="bf16", batch=1, seq=2048, sharding="zero3", gpus=8,
-                   cpu_offload_optimizer=True)
+                   cpu_offload_optimizer=True, adamw_impl="foreach")
     est = estimate_memory(resolve_model("llama-3.1-8b"), spec)
     step = next(m for m in est.moments if m.phase == "optimizer")
     assert step.total == 2 * 2_007_565_312 + 32_768 and O not in step.parts

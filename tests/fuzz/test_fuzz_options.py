@@ -134,8 +134,10 @@ def test_estimate_cli_with_any_gpu_and_headroom_keeps_the_contract(gpu: str, roo
 @given(batch=int_list, seq=int_list, ckpt=st.sampled_from(["none", "full", "both", "every-k", "x", ""]))
 def test_measure_cli_refuses_bad_sweeps_before_measuring(batch: str, seq: str, ckpt: str) -> None:
     """A --steps 0 makes every argv a bad input after the lists parse: nothing is measured, so each example is
-    milliseconds, and the lists are parsed exactly as a real sweep would parse them."""
-    argv = ["measure", "gpt2", "--batch", batch, "--seq", seq, "--checkpointing", ckpt, "--steps", "0", "--json"]
+    milliseconds, and the lists are parsed exactly as a real sweep would parse them. Values are passed as
+    ``--batch=VALUE``: a bare ``--`` value would end the options (click, as any getopt parser), turning the
+    ``--json`` after it into a positional argument, which is the shell's meaning and not a bad sweep."""
+    argv = ["measure", "gpt2", f"--batch={batch}", f"--seq={seq}", "--checkpointing", ckpt, "--steps", "0", "--json"]
     code, out, err = run_cli(argv)
     assert_cli_contract(argv, code, out, err)
     assert code != 0

@@ -160,6 +160,8 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
         # the root's reduce-scatter: its gradients in full and their input copy; a tied root keeps its gathered
         # weights, an untied one the input embedding's and the reduce-scatter output (measured, module docstring)
         parts[Category.GRADIENTS] = 2 * g_root + -(-n * gpl // n_s)
+        if parts.get(Category.TEMPORARIES):  # a tied embedding's backward is over: one embedding-sized term left
+            parts[Category.TEMPORARIES] = st.grads_embed
         if shape.tie_embeddings or spec.method != "full":
             gathered = root_w
         else:  # a full fine-tune's embedding weight weighs its gradient
@@ -194,8 +196,12 @@ def replicated_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     parts = dict(moment.parts)
     parts[Category.GRADIENTS] = parts.get(Category.GRADIENTS, 0) + st.gradients
     if spec.device == "cpu" and moment.label.endswith("embeddings"):  # gloo all-reduces a copy of the bucket
+        # after the embedding's backward has finished (its hook fires on the summed gradient): the copy and
+        # the moment's own transient (a tied embedding's two gradient terms) are not alive together
         bucket = max(st.largest_tensor, min(spec.bucket_mb * 2**20, st.gradients))
-        parts[Category.TEMPORARIES] = parts.get(Category.TEMPORARIES, 0) + min(bucket, st.gradients)
+        temps = parts.get(Category.TEMPORARIES, 0)
+        parts[Category.TEMPORARIES] = max(temps, st.grads_embed + min(bucket, st.gradients)) if temps else \
+            min(bucket, st.gradients)
     if spec.sharding == "zero1" and st.trainable_params:
         opt = parts.get(Category.OPTIMIZER, 0)
         per_param = opt / st.trainable_params
