@@ -78,7 +78,7 @@ def test_slow_commands_check_the_target_before_working(tmp_path: Path, capsys: p
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    ('{"a": 1}', "is not the --json output of memfit estimate, trace, measure, fit, lengths (its keys: a)"),
+    ('{"a": 1}', "is not the --json output of memfit estimate, trace, measure, fit, lengths, lab (its keys: a)"),
     ('{"a": ', "is not valid JSON (line 1, column 7"),
     ("[1]", "the JSON is a list, not an object"),
     (None, "no file at"),

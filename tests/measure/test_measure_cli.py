@@ -63,7 +63,7 @@ def test_measure_cli_json_in_a_subprocess(config_path: Path, tmp_path: Path,
 @pytest.mark.parametrize(("args", "message"), [
     (["--batch", "0"], "--batch values must be positive"),
     (["--batch", "two"], "comma-separated positive integers"),
-    (["--checkpointing", "sqrt"], "--checkpointing must be one of"),
+    (["--checkpointing", "chen"], "--checkpointing must be one of"),
     (["--method", "qlora"], "needs bitsandbytes and CUDA"),
     (["--seq", "4096"], "longer than the model's 512 positions"),
 ])

@@ -107,7 +107,7 @@ def test_estimate_page_takes_typed_moments_and_a_timeline() -> None:
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    ({"a": 1}, "not the --json output of memfit estimate, trace, measure, fit, lengths (its keys: a)"),
+    ({"a": 1}, "not the --json output of memfit estimate, trace, measure, fit, lengths, lab (its keys: a)"),
     ([1, 2], "the JSON is a list, not an object"),
     ({"mode": "rule-of-thumb", "activation_bytes": 1}, "without --rule-of-thumb"),
 ])
