@@ -39,6 +39,8 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "modules_to_save": (str, typer.Option("--modules-to-save", help="fully trained modules beside LoRA, "
                                           "e.g. embed_tokens,lm_head")),
     "double_quant": (bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantisation")),
+    "use_dora": (bool, typer.Option("--dora/--no-dora", help="DoRA (PEFT use_dora): a trained magnitude per "
+                                    "output feature and a weight norm in every adapted linear")),
     "precision": (str, typer.Option("--precision", "-p", help="fp32 | bf16 | fp16 | mixed-bf16 | mixed-fp16")),
     "optimizer": (str, typer.Option("--optimizer", help="adamw | adamw-8bit | sgd | sgd-momentum | adafactor")),
     "batch": (int, typer.Option("--batch", "-b", help="micro-batch size")),
@@ -86,6 +88,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                 "weight: drop --targets or pass --method lora"),
     "modules_to_save": (lambda s: s.is_adapter, "--modules-to-save lists modules trained in full beside LoRA; "
                         "--method full trains every module already: drop it or pass --method lora"),
+    "use_dora": (lambda s: s.is_adapter, "--dora decomposes LoRA's update (PEFT use_dora); --method full has no "
+                 "adapter: drop --dora or pass --method lora"),
     "double_quant": (lambda s: s.method == "qlora", "--double-quant/--no-double-quant sets QLoRA's 4-bit base; "
                      "it does nothing without --method qlora"),
     "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "

@@ -9,6 +9,10 @@ every ``nn.Linear`` (and GPT-2's ``Conv1D``) except the output layer. Each adapt
 Worked: Llama-2-7B with r=16 on q_proj, v_proj: per layer 16*(4096+4096) * 2 = 262,144;
 x 32 layers = 8,388,608 trainable parameters.
 
+DoRA (``use_dora``, PEFT 0.21.2 ``DoraLinearVariant.init``) adds one trained fp32 magnitude of ``out`` elements
+per adapted linear (``lora_magnitude_vector[adapter].weight``, the row norms of W): Llama-2-7B q_proj, v_proj
+gains (4096 + 4096) * 32 = 262,144 parameters. PEFT refuses DoRA on fused experts and routers (``ParamWrapper``).
+
 Mixtral (transformers 5) keeps its experts as fused 3-D parameters (E, 2i, h) and (E, h, i) and its router
 ``mlp.gate`` as a plain weight. PEFT 0.21's ``all-linear`` adapts all three (the experts through
 ``target_parameters``), with these shapes, observed on the meta device and pinned by a test::
@@ -123,8 +127,9 @@ def lora_linear_params(lin: Linear, rank: int) -> int:
 
 
 def lora_params_per_layer(shape: ModelShape, spec: RunSpec) -> int:
-    """r * (in + out) summed over the adapted linears of one block."""
-    return sum(lora_linear_params(lin, spec.rank) for lin in adapted_linears(shape, spec))
+    """r * (in + out) summed over the adapted linears of one block, plus out for each with DoRA (its magnitude)."""
+    return sum(lora_linear_params(lin, spec.rank) + (lin.out_features if spec.use_dora else 0)
+               for lin in adapted_linears(shape, spec))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

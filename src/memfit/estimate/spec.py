@@ -80,6 +80,7 @@ class RunSpec:
     eval_accumulation_steps: int | None = None  # gathered logits leave the GPU every N eval steps (None: at the end)
     eval_samples: int | None = None  # examples in the eval set (how many steps' logits pile up without the above)
     loss_token_share: float = 1.0  # share of the b*(s-1) positions whose label is not -100 (completion-only loss)
+    use_dora: bool = False  # PEFT LoraConfig(use_dora=True): DoRA's magnitude vectors and norm (estimate/dora.py)
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -122,6 +123,9 @@ class RunSpec:
             if self.lora_dropout:
                 raise MemfitError("--lora-dropout applies to the LoRA adapter; --method full has none: drop it or "
                                   "pass --method lora")
+            if self.use_dora:
+                raise MemfitError("--dora decomposes LoRA's update (PEFT use_dora); --method full has no adapter: "
+                                  "drop --dora or pass --method lora")
         if self.offload and self.checkpointing == "none":
             raise MemfitError("--offload moves the checkpoints to CPU memory; with --checkpointing none there are "
                               "none: add --checkpointing full (or every-k, sqrt) or drop --offload")

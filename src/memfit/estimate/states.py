@@ -199,6 +199,8 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         # lora_A (r', in) and lora_B (out, r')
         per_layer_tensors += [(r * lin.in_features, FP32_BYTES, r + lin.in_features),
                               (r * lin.out_features, FP32_BYTES, lin.out_features + r)]
+        if spec.use_dora:  # DoRA's magnitude (lora_magnitude_vector[...].weight): one fp32 vector of out
+            per_layer_tensors.append((lin.out_features, FP32_BYTES, 0))
     lora_params = sum(n for n, _, _ in per_layer_tensors) * shape.n_layers
     saved = saved_modules(shape, spec)
     mts = sum(m.numel for m in saved)

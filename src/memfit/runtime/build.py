@@ -357,6 +357,7 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
         lora_dropout=spec.lora_dropout,
         target_modules=targets,
         modules_to_save=list(spec.modules_to_save) or None,
+        use_dora=spec.use_dora,
         task_type="CAUSAL_LM",
     )
 
