@@ -8,11 +8,10 @@ full-matches against module names (``check_target_module_exists``), which memfit
 from __future__ import annotations
 
 from memfit.configs.document import Document
-from memfit.configs.reading import FileReading, Reader, names
+from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
 
 NOT_MODELLED = {
-    "use_dora": "DoRA's magnitude vectors and norm activations",
     "rank_pattern": "per-module ranks",
     "layers_to_transform": "LoRA on some layers only",
     "exclude_modules": "modules excluded from the targets",
@@ -52,6 +51,7 @@ def read_peft(doc: Document) -> FileReading:
         r.set("modules_to_save", names(r.get("modules_to_save")), "modules_to_save")
     if r.get("bias") not in (None, "none"):
         r.not_modelled("bias", f"bias={r.get('bias')!r}: trained biases", active=lambda v: True)
+    dora(r, "use_dora")
     for name, why in NOT_MODELLED.items():
         r.not_modelled(name, why)
     r.ignore("alpha_pattern", "alphas: no memory effect")

@@ -23,6 +23,7 @@ from memfit.estimate import lookup
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
+from memfit.validate.rows_dora import DORA_ROWS
 from memfit.validate.rows_offload import OFFLOAD_ROWS
 
 # (catalogue model, scaled hidden, scaled layers): the architectures of the matrix.
@@ -98,13 +99,15 @@ class MatrixRow:
     def label(self) -> str:
         s = self.spec
         targets = ",".join(s.targets) or "default"
-        method = s.method if s.method == "full" else f"lora[{targets}]"
+        method = s.method if s.method == "full" else f"{'dora' if s.use_dora else 'lora'}[{targets}]"
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
         w = self.shape.sliding_window
         window = f" window {w}" if w is not None and w <= s.seq else ""  # sliding layers past their window
+        v = self.shape.vocab
+        vocab = f" vocab {v}" if v != lookup(self.model).shape.vocab else ""  # a row that sets its own vocab_size
         return (f"{self.model} {method}{opt} {s.precision} {s.attention} {ck} b{s.batch} s{s.seq}{window}"
-                f"{self.dropout_label}")
+                f"{vocab}{self.dropout_label}")
 
     @property
     def dropout_label(self) -> str:
@@ -286,12 +289,17 @@ def full_matrix() -> list[MatrixRow]:
     rows and the rows past a sliding window."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
             for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix() \
-        + offload_matrix()
+        + offload_matrix() + dora_matrix()
 
 
 def offload_matrix(rows: tuple[tuple[str, RunSpec], ...] = OFFLOAD_ROWS) -> list[MatrixRow]:
     """The --offload rows (:mod:`memfit.validate.rows_offload`; ``FAST_OFFLOAD_ROWS`` for the fast subset)."""
     return [MatrixRow(model=m, config=_scaled(m), spec=_fit_spec(m, s)) for m, s in rows]
+
+
+def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROWS) -> list[MatrixRow]:
+    """The --dora rows (:mod:`memfit.validate.rows_dora`; ``FAST_DORA_ROWS`` for the fast subset)."""
+    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in rows]
 
 
 def dropout_matrix() -> list[MatrixRow]:
