@@ -117,7 +117,8 @@ def dora_weight_norm(rp: Replay, lin: Linear, r: int, live: tuple[SymTensor, ...
     output (in x r) until the module's forward returns, though only the detached product is used. The product
     (in x out, fp32: under autocast lora_B's bf16 output is cast to x's dtype, fp32) then enters
     ``get_weight_norm``: ``W + scaling * lora_weight`` (two out x in fp32 tensors at the add) and its row norm.
-    A base weight in another dtype than fp32 (bf16 precision) is first copied to fp32 (``weight.to(x.dtype)``).
+    A base weight in another dtype than fp32 (bf16 precision, a dequantised QLoRA weight) is first copied to fp32
+    (``weight.to(x.dtype)``).
     Alive beside them: ``live`` (the layer's input, its fp32 cast and the base output) where not saved already.
 
     Worked, fp32, in = out = 4096, r = 16: eye 64 MiB + 0.25 MiB + product 64 MiB + 2 x 64 MiB = 256.25 MiB, plus the
@@ -130,7 +131,9 @@ def dora_weight_norm(rp: Replay, lin: Linear, r: int, live: tuple[SymTensor, ...
     product = i * o * FP32_BYTES
     # under autocast the fp32 eye is alive beside its bf16 copy until lora_B's bf16 output is made
     making = (i * i * FP32_BYTES + i * o * ac) if t.autocast else 0
-    w_copy = o * i * FP32_BYTES if rp.spec.weight_bytes != FP32_BYTES else 0
+    # QLoRA: dequantize_module_weight makes a new W (bitsandbytes' dequantize_4bit), then the fp32 copy (CUDA
+    # assumption from the source: no QLoRA step runs on this CPU to measure it)
+    w_copy = o * i * FP32_BYTES if rp.spec.method == "qlora" or rp.spec.weight_bytes != FP32_BYTES else 0
     inputs = sum({v.storage: v.storage_bytes for v in live if v.storage not in t.saved}.values())
     t.transient(inputs + max(graph + making, graph + product + w_copy + 2 * o * i * FP32_BYTES))
 
