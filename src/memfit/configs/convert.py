@@ -135,6 +135,8 @@ def to_spec(imported: ImportedRun, *, base: RunSpec | None = None, explicit: Map
         values["targets"] = tuple(values["targets"])
     if "modules_to_save" in values:
         values["modules_to_save"] = tuple(values["modules_to_save"])
+    if "exclude_modules" in values:
+        values["exclude_modules"] = tuple(values["exclude_modules"])
     base = base or RunSpec()
     held = _held_sharding(values, explicit, base)
     stage, file_world = values.get("sharding", "none"), values.get("gpus", base.gpus)
@@ -249,7 +251,7 @@ def spec_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     from memfit.estimate.spec import parse_targets
 
     out = dict(overrides)
-    for key in ("targets", "modules_to_save"):
+    for key in ("targets", "modules_to_save", "exclude_modules"):
         if isinstance(out.get(key), str):
             out[key] = parse_targets(out[key])
         elif out.get(key) is not None:

@@ -14,7 +14,6 @@ from memfit.configs.schema import load_schema
 NOT_MODELLED = {
     "rank_pattern": "per-module ranks",
     "layers_to_transform": "LoRA on some layers only",
-    "exclude_modules": "modules excluded from the targets",
     "trainable_token_indices": "trainable token rows",
     "target_parameters": "LoRA on parameters (MoE expert weights)",
     "lora_bias": "a trained bias on lora_B",
@@ -52,6 +51,14 @@ def read_peft(doc: Document) -> FileReading:
     if r.get("bias") not in (None, "none"):
         r.not_modelled("bias", f"bias={r.get('bias')!r}: trained biases", active=lambda v: True)
     dora(r, "use_dora")
+    exclude = r.get("exclude_modules", None)
+    if isinstance(exclude, str):
+        r.not_modelled("exclude_modules", "a regular expression over module names: pass --exclude-modules with the "
+                                          "names it matches", active=lambda v: True)
+    elif exclude:
+        r.set("exclude_modules", names(exclude), "exclude_modules")
+    else:
+        r.ignore("exclude_modules", "none")
     for name, why in NOT_MODELLED.items():
         r.not_modelled(name, why)
     r.ignore("alpha_pattern", "alphas: no memory effect")

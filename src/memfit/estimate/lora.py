@@ -87,9 +87,50 @@ def lora_targets(shape: ModelShape, spec: RunSpec) -> tuple[str, ...]:
 
 
 def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
-    """The block linears that carry a LoRA adapter (empty for ``--method full``)."""
+    """The block linears that carry a LoRA adapter (empty for ``--method full``), less ``--exclude-modules``."""
     if not spec.is_adapter:
         return ()
+    chosen = _targeted_linears(shape, spec)
+    if not spec.exclude_modules:
+        return chosen
+    return _exclude(shape, chosen, spec.exclude_modules)
+
+
+def _is_excluded(key: str, exclude: tuple[str, ...]) -> bool:
+    """PEFT 0.21.2 ``check_target_module_exists`` with a list ``exclude_modules``: the full module name is one of
+    them or ends with ``"." + name``."""
+    return key in exclude or any(key.endswith("." + e) for e in exclude)
+
+
+@cache
+def _exclude(shape: ModelShape, chosen: tuple[Linear, ...], exclude: tuple[str, ...]) -> tuple[Linear, ...]:
+    """``chosen`` less the linears ``exclude`` names, the same in every layer (the estimate replays one block for
+    all): a name that excludes a module in some layers only (``model.layers.0.mlp.down_proj``) is an error naming
+    trace and measure, which apply PEFT itself; so is a name no module has (PEFT only warns) and excluding every
+    target (PEFT's "All modules were excluded")."""
+    names = module_names(shape)
+    unknown = [e for e in exclude if not any(_is_excluded(k, (e,)) for k in names)]
+    if unknown:
+        raise MemfitError(f"--exclude-modules {', '.join(unknown)} matches no module of this {shape.model_type} model "
+                          "(PEFT excludes a module whose full name is, or ends with '.' + , a given name): use e.g. "
+                          "--exclude-modules k_proj or mlp.down_proj")
+    prefix = shape.arch.names.model.layers
+    kept = []
+    for lin in chosen:
+        hits = {_is_excluded(f"{prefix}.{i}.{lin.path}", exclude) for i in range(shape.n_layers)}
+        if len(hits) > 1:
+            raise MemfitError(f"--exclude-modules {', '.join(exclude)} leaves {lin.path} without an adapter in some "
+                              "layers only: memfit estimate models the same adapters in every layer; run "
+                              "`memfit trace` or `memfit measure`, which apply PEFT itself")
+        if not hits.pop():
+            kept.append(lin)
+    if chosen and not kept:
+        raise MemfitError(f"--exclude-modules {', '.join(exclude)} excludes every LoRA target (PEFT: 'All modules "
+                          "were excluded'): exclude fewer modules or change --targets")
+    return tuple(kept)
+
+
+def _targeted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
     targets = lora_targets(shape, spec)
     lins = block_linears(shape)
     if targets == (ALL_LINEAR,):

@@ -80,6 +80,7 @@ class RunSpec:
     eval_accumulation_steps: int | None = None  # gathered logits leave the GPU every N eval steps (None: at the end)
     eval_samples: int | None = None  # examples in the eval set (how many steps' logits pile up without the above)
     loss_token_share: float = 1.0  # share of the b*(s-1) positions whose label is not -100 (completion-only loss)
+    exclude_modules: tuple[str, ...] = ()  # PEFT exclude_modules (a list: full names or name endings; lora.py)
     use_dora: bool = False  # PEFT LoraConfig(use_dora=True): DoRA's magnitude vectors and norm (estimate/dora.py)
 
     def __post_init__(self) -> None:
@@ -123,6 +124,9 @@ class RunSpec:
             if self.lora_dropout:
                 raise MemfitError("--lora-dropout applies to the LoRA adapter; --method full has none: drop it or "
                                   "pass --method lora")
+            if self.exclude_modules:
+                raise MemfitError("--exclude-modules narrows LoRA's targets; --method full trains every weight: "
+                                  "drop it or pass --method lora")
             if self.use_dora:
                 raise MemfitError("--dora decomposes LoRA's update (PEFT use_dora); --method full has no adapter: "
                                   "drop --dora or pass --method lora")
@@ -170,6 +174,7 @@ class RunSpec:
         d = asdict(self)
         d["targets"] = list(self.targets)
         d["modules_to_save"] = list(self.modules_to_save)
+        d["exclude_modules"] = list(self.exclude_modules)
         return d
 
     @classmethod
@@ -204,7 +209,7 @@ class RunSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         d = dict(d)
-        for key in ("targets", "modules_to_save"):
+        for key in ("targets", "modules_to_save", "exclude_modules"):
             if key in d and d[key] is not None:
                 d[key] = tuple(d[key])
         return cls(**d)

@@ -99,6 +99,8 @@ class MatrixRow:
     def label(self) -> str:
         s = self.spec
         targets = ",".join(s.targets) or "default"
+        if s.exclude_modules:
+            targets += f" less {','.join(s.exclude_modules)}"
         method = s.method if s.method == "full" else f"{'dora' if s.use_dora else 'lora'}[{targets}]"
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
