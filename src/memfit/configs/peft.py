@@ -10,9 +10,9 @@ from __future__ import annotations
 from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
+from memfit.estimate.spec import parse_rank_pattern
 
 NOT_MODELLED = {
-    "rank_pattern": "per-module ranks",
     "layers_to_transform": "LoRA on some layers only",
     "trainable_token_indices": "trainable token rows",
     "target_parameters": "LoRA on parameters (MoE expert weights)",
@@ -51,6 +51,10 @@ def read_peft(doc: Document) -> FileReading:
     if r.get("bias") not in (None, "none"):
         r.not_modelled("bias", f"bias={r.get('bias')!r}: trained biases", active=lambda v: True)
     dora(r, "use_dora")
+    if r.get("rank_pattern", None):
+        r.set("rank_pattern", parse_rank_pattern(r.get("rank_pattern")), "rank_pattern")
+    else:
+        r.ignore("rank_pattern", "none")
     exclude = r.get("exclude_modules", None)
     if isinstance(exclude, str):
         r.not_modelled("exclude_modules", "a regular expression over module names: pass --exclude-modules with the "

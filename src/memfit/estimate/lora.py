@@ -44,6 +44,7 @@ block's projection) are run by ``memfit trace`` and ``memfit measure``, which ap
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -162,6 +163,41 @@ def lora_rank(lin: Linear, rank: int) -> int:
     return rank
 
 
+def rank_of(shape: ModelShape, spec: RunSpec, lin: Linear) -> int:
+    r"""r on ``lin``: ``spec.rank``, or the value of the first ``rank_pattern`` key that PEFT 0.21.2 matches
+    (``peft.utils.other.get_pattern_key``: ``re.match(rf"(.*\.)?({key})$", full_module_name)``)."""
+    if not spec.rank_pattern:
+        return spec.rank
+    return _pattern_rank(shape, spec.rank_pattern, spec.rank, lin)
+
+
+@cache
+def _pattern_rank(shape: ModelShape, pattern: tuple[tuple[str, int], ...], rank: int, lin: Linear) -> int:
+    """The same r in every layer, or a MemfitError (the estimate replays one block for all)."""
+    prefix = shape.arch.names.model.layers
+    ranks = set()
+    for i in range(shape.n_layers):
+        key, r = f"{prefix}.{i}.{lin.path}", rank
+        for pat, value in pattern:
+            try:
+                hit = re.match(rf"(.*\.)?({pat})$", key)
+            except re.error as exc:
+                raise MemfitError(f"--rank-pattern {pat}: not a regular expression ({exc})") from exc
+            if hit:
+                r = value
+                break
+        ranks.add(r)
+    if len(ranks) > 1:
+        raise MemfitError(f"--rank-pattern gives {lin.path} ranks {sorted(ranks)} in different layers: memfit estimate "
+                          "models the same adapters in every layer; run `memfit trace` or `memfit measure`, which "
+                          "apply PEFT itself")
+    r = ranks.pop()
+    if r != rank and lin.experts > 1:
+        raise MemfitError(f"--rank-pattern on {lin.path} (fused experts, adapted through PEFT's target_parameters): "
+                          "not modelled by memfit estimate; run `memfit trace` or `memfit measure`")
+    return r
+
+
 def lora_linear_params(lin: Linear, rank: int) -> int:
     """lora_A (r' x in) + lora_B (out x r') with r' = :func:`lora_rank`."""
     return lora_rank(lin, rank) * (lin.in_features + lin.out_features)
@@ -169,7 +205,7 @@ def lora_linear_params(lin: Linear, rank: int) -> int:
 
 def lora_params_per_layer(shape: ModelShape, spec: RunSpec) -> int:
     """r * (in + out) summed over the adapted linears of one block, plus out for each with DoRA (its magnitude)."""
-    return sum(lora_linear_params(lin, spec.rank) + (lin.out_features if spec.use_dora else 0)
+    return sum(lora_linear_params(lin, rank_of(shape, spec, lin)) + (lin.out_features if spec.use_dora else 0)
                for lin in adapted_linears(shape, spec))
 
 

@@ -81,7 +81,8 @@ class RunSpec:
     eval_samples: int | None = None  # examples in the eval set (how many steps' logits pile up without the above)
     loss_token_share: float = 1.0  # share of the b*(s-1) positions whose label is not -100 (completion-only loss)
     exclude_modules: tuple[str, ...] = ()  # PEFT exclude_modules (a list: full names or name endings; lora.py)
-    use_dora: bool = False  # PEFT LoraConfig(use_dora=True): DoRA's magnitude vectors and norm (estimate/dora.py)
+    rank_pattern: tuple[tuple[str, int], ...] = ()  # PEFT rank_pattern {regex: r}, in order (lora.rank_of)
+    use_dora: bool = False  # PEFT LoraConfig(use_dora=True): magnitudes and weight norm (activations/ops.py)
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -96,6 +97,10 @@ class RunSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        object.__setattr__(self, "rank_pattern", parse_rank_pattern(self.rank_pattern))  # a dict from Python too
+        for key, r in self.rank_pattern:
+            if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+                raise MemfitError(f"--rank-pattern {key}={r!r}: a rank must be a positive integer")
         for name in ("eval_batch", "eval_accumulation_steps", "eval_samples"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -124,6 +129,9 @@ class RunSpec:
             if self.lora_dropout:
                 raise MemfitError("--lora-dropout applies to the LoRA adapter; --method full has none: drop it or "
                                   "pass --method lora")
+            if self.rank_pattern:
+                raise MemfitError("--rank-pattern sets LoRA ranks; --method full has no adapter: drop it or pass "
+                                  "--method lora")
             if self.exclude_modules:
                 raise MemfitError("--exclude-modules narrows LoRA's targets; --method full trains every weight: "
                                   "drop it or pass --method lora")
@@ -175,6 +183,7 @@ class RunSpec:
         d["targets"] = list(self.targets)
         d["modules_to_save"] = list(self.modules_to_save)
         d["exclude_modules"] = list(self.exclude_modules)
+        d["rank_pattern"] = dict(self.rank_pattern)
         return d
 
     @classmethod
@@ -212,6 +221,8 @@ class RunSpec:
         for key in ("targets", "modules_to_save", "exclude_modules"):
             if key in d and d[key] is not None:
                 d[key] = tuple(d[key])
+        if "rank_pattern" in d:
+            d["rank_pattern"] = parse_rank_pattern(d["rank_pattern"])
         return cls(**d)
 
 
@@ -231,6 +242,25 @@ def parse_targets(text: str | None, *, flag: str = "--targets") -> tuple[str, ..
     if ALL_LINEAR in names and len(names) > 1:
         raise MemfitError(f"{flag} all-linear stands alone; drop the other names")
     return names
+
+
+def parse_rank_pattern(value: Any) -> tuple[tuple[str, int], ...]:
+    """``"q_proj=32,v_proj=8"`` or PEFT's ``{"q_proj": 32}`` -> ``(("q_proj", 32), ("v_proj", 8))`` (order kept: PEFT
+    takes the first key that matches)."""
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, str):
+        items = []
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            key, sep, r = part.rpartition("=")
+            if not sep or not key or not r.strip().isdigit():
+                raise MemfitError(f"--rank-pattern {value!r}: write NAME=RANK pairs, e.g. q_proj=32,mlp.down_proj=8")
+            items.append((key.strip(), int(r)))
+    else:
+        items = [tuple(i) for i in value]
+    return tuple((str(k), r) for k, r in items)
 
 
 def _check_choice(name: str, value: object, choices: Any) -> None:

@@ -50,7 +50,7 @@ from functools import cache
 
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import FP32_BYTES
-from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, saved_modules
+from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, rank_of, saved_modules
 from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
@@ -195,7 +195,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         )
     # LoRA / QLoRA: the base is frozen, adapters (and modules_to_save copies) train
     for lin in adapted_linears(shape, spec):
-        r = lora_rank(lin, spec.rank)
+        r = lora_rank(lin, rank_of(shape, spec, lin))
         # lora_A (r', in) and lora_B (out, r')
         per_layer_tensors += [(r * lin.in_features, FP32_BYTES, r + lin.in_features),
                               (r * lin.out_features, FP32_BYTES, lin.out_features + r)]

@@ -358,6 +358,7 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
         target_modules=targets,
         modules_to_save=list(spec.modules_to_save) or None,
         exclude_modules=list(spec.exclude_modules) or None,
+        rank_pattern=dict(spec.rank_pattern),
         use_dora=spec.use_dora,
         task_type="CAUSAL_LM",
     )

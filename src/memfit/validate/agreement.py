@@ -23,7 +23,7 @@ from memfit.estimate import lookup
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
-from memfit.validate.rows_dora import DORA_ROWS
+from memfit.validate.rows_dora import DORA_ROWS, PEFT_OPTION_ROWS
 from memfit.validate.rows_offload import OFFLOAD_ROWS
 
 # (catalogue model, scaled hidden, scaled layers): the architectures of the matrix.
@@ -101,6 +101,8 @@ class MatrixRow:
         targets = ",".join(s.targets) or "default"
         if s.exclude_modules:
             targets += f" less {','.join(s.exclude_modules)}"
+        if s.rank_pattern:
+            targets += " ranks " + ",".join(f"{k}={r}" for k, r in s.rank_pattern)
         method = s.method if s.method == "full" else f"{'dora' if s.use_dora else 'lora'}[{targets}]"
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ""
@@ -299,8 +301,9 @@ def offload_matrix(rows: tuple[tuple[str, RunSpec], ...] = OFFLOAD_ROWS) -> list
     return [MatrixRow(model=m, config=_scaled(m), spec=_fit_spec(m, s)) for m, s in rows]
 
 
-def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROWS) -> list[MatrixRow]:
-    """The --dora rows (:mod:`memfit.validate.rows_dora`; ``FAST_DORA_ROWS`` for the fast subset)."""
+def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROWS + PEFT_OPTION_ROWS
+                ) -> list[MatrixRow]:
+    """The --dora and PEFT option rows (:mod:`memfit.validate.rows_dora`; ``FAST_DORA_ROWS`` for the fast subset)."""
     return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in rows]
 
 

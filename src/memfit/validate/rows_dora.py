@@ -13,6 +13,8 @@ Not a row yet: GPT-2 (Conv1D, ``fan_in_fan_out``) LoRA fp32 sdpa b2 s64 with DoR
 the CPU step, but the trace is +1.08% (1,572,864 B: one 256 x 768 fp32 tensor per layer, the size of B@A on
 c_attn, alive at the backward in the fake-tensor run and not in the real one; unexplained).
 The last row also leaves modules out with ``--exclude-modules`` (the estimate without the exclusion: +0.50%).
+``PEFT_OPTION_ROWS``: ``--rank-pattern`` without DoRA (the estimate without the pattern: +0.05% and -0.13%, small
+at these sizes; the trainable counts are tested against PEFT on the meta device in tests/estimate/test_rank_pattern.py).
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ DORA_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
     # PEFT's exclude_modules with DoRA: all-linear less k_proj and mlp.down_proj
     ("llama-3.2-1b", {}, _spec(precision="fp32", attention="sdpa", batch=2, seq=64, targets=("all-linear",),
                                exclude_modules=("k_proj", "mlp.down_proj"))),
+)
+
+# PEFT's rank_pattern (issue 14 part 3): per-module ranks, the same in every layer (what the estimate models)
+PEFT_OPTION_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
+    ("llama-3.2-1b", {}, RunSpec(device="cpu", method="lora", precision="fp32", attention="sdpa", batch=2, seq=64,
+                                 targets=("all-linear",), rank_pattern=(("q_proj", 32), ("mlp.down_proj", 4)))),
+    ("qwen2.5-0.5b", {}, RunSpec(device="cpu", method="lora", precision="mixed-bf16", attention="sdpa", batch=1,
+                                 seq=32, targets=("all-linear",), rank_pattern=(("v_proj", 64),))),
 )
 
 # the fast subset for `make test`: the saved outputs on Llama's default targets, the transient in a recompute

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from memfit.estimate.activations.tape import SymTensor, Tape
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES, INT64_BYTES
-from memfit.estimate.lora import adapted_linears, lora_rank
+from memfit.estimate.lora import adapted_linears, lora_rank, rank_of
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -97,7 +97,7 @@ def _lora(rp: Replay, x: SymTensor, lin: Linear, base: SymTensor) -> SymTensor:
     """PEFT 0.21.2 ``lora.Linear.forward``: x = x.to(lora_A.weight.dtype) (fp32), then
     ``lora_B(lora_A(dropout(x))) * scaling`` added to the base output and cast back to its dtype. Each adapted
     linear has its own dropout and its own cast: q, k and v share nothing. lora_A saves the dropped copy."""
-    t, r = rp.tape, lora_rank(lin, rp.spec.rank)
+    t, r = rp.tape, lora_rank(lin, rank_of(rp.model, rp.spec, lin))
     xa = dropout(rp, t.cast(x, FP32_BYTES), rp.spec.lora_dropout, "lora/dropout")
     if rp.spec.use_dora:
         dora_weight_norm(rp, lin, r, live=(x, xa, base))
