@@ -41,6 +41,9 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "double_quant": (bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantisation")),
     "exclude_modules": (str, typer.Option("--exclude-modules", help="modules PEFT leaves without an adapter "
                                           "(exclude_modules: full names or name endings), e.g. k_proj")),
+    "targets_regex": (str, typer.Option("--targets-regex", help="LoRA targets as PEFT's target_modules string: a "
+                                        "regular expression full-matched against module names, e.g. "
+                                        "'.*\\.(q|v)_proj'")),
     "rank_pattern": (str, typer.Option("--rank-pattern", help="per-module LoRA ranks as PEFT's rank_pattern: "
                                        "NAME=RANK pairs, NAME a regular expression over module names, e.g. "
                                        "q_proj=32,mlp.down_proj=8")),
@@ -95,6 +98,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                         "--method full trains every module already: drop it or pass --method lora"),
     "exclude_modules": (lambda s: s.is_adapter, "--exclude-modules narrows LoRA's targets; --method full trains "
                         "every weight: drop it or pass --method lora"),
+    "targets_regex": (lambda s: s.is_adapter, "--targets-regex chooses LoRA's adapted modules; --method full trains "
+                      "every weight: drop it or pass --method lora"),
     "rank_pattern": (lambda s: s.is_adapter, "--rank-pattern sets LoRA ranks; --method full has no adapter: drop "
                      "it or pass --method lora"),
     "use_dora": (lambda s: s.is_adapter, "--dora decomposes LoRA's update (PEFT use_dora); --method full has no "

@@ -2,7 +2,7 @@
 
 ``r`` 8, ``lora_alpha`` 8, ``lora_dropout`` 0.0, ``target_modules`` None (PEFT's default for the
 architecture); a *string* ``target_modules`` other than ``all-linear`` is a regular expression PEFT
-full-matches against module names (``check_target_module_exists``), which memfit does not evaluate.
+full-matches against module names (``check_target_module_exists``): the ``targets_regex`` setting.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def read_peft(doc: Document) -> FileReading:
     r.set("lora_dropout", float(r.get("lora_dropout") or 0.0), "lora_dropout")
     targets = r.get("target_modules")
     if isinstance(targets, str) and targets != "all-linear":
-        r.not_modelled("target_modules", "a regular expression over module names: pass --targets with the names "
-                                         "it matches", active=lambda v: True)
+        r.set("targets_regex", targets, "target_modules", note="a regular expression PEFT full-matches against module "
+                                                              "names")
     elif targets:
         t = names(targets if isinstance(targets, list) else [targets])
         r.set("targets", ("all-linear",) if t == ("all-linear",) else t, "target_modules")

@@ -97,6 +97,38 @@ def adapted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
     return _exclude(shape, chosen, spec.exclude_modules)
 
 
+@cache
+def _regex_targets(shape: ModelShape, pattern: str) -> tuple[Linear, ...]:
+    """PEFT 0.21.2 ``check_target_module_exists`` with a str ``target_modules``: ``re.fullmatch(pattern, key)`` over
+    every full module name. The estimate models adapters on block linears, the same in every layer: a pattern that
+    matches another module (lm_head, a norm, an attention module) or a linear in some layers only is an error
+    naming trace and measure; one that matches nothing is PEFT's "Target modules ... not found"."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise MemfitError(f"--targets-regex {pattern!r}: not a regular expression ({exc})") from exc
+    prefix = shape.arch.names.model.layers
+    lins = [lin for lin in block_linears(shape) if lin.is_nn_linear]
+    keys = {f"{prefix}.{i}.{lin.path}" for lin in lins for i in range(shape.n_layers)}
+    other = [k for k in module_names(shape) if k not in keys and rx.fullmatch(k)]
+    if other:
+        raise MemfitError(f"--targets-regex {pattern!r} matches {', '.join(other[:3])}: memfit estimate models LoRA on "
+                          "the blocks' linear layers only; run `memfit trace` or `memfit measure`, which apply PEFT "
+                          "itself")
+    chosen = []
+    for lin in lins:
+        hits = {bool(rx.fullmatch(f"{prefix}.{i}.{lin.path}")) for i in range(shape.n_layers)}
+        if len(hits) > 1:
+            raise MemfitError(f"--targets-regex {pattern!r} adapts {lin.path} in some layers only: memfit estimate "
+                              "models the same adapters in every layer; run `memfit trace` or `memfit measure`")
+        if hits.pop():
+            chosen.append(lin)
+    if not chosen:
+        raise MemfitError(f"--targets-regex {pattern!r} matches no module of this {shape.model_type} model (PEFT "
+                          f"full-matches it against names such as {prefix}.0.{lins[0].path})")
+    return tuple(chosen)
+
+
 def _is_excluded(key: str, exclude: tuple[str, ...]) -> bool:
     """PEFT 0.21.2 ``check_target_module_exists`` with a list ``exclude_modules``: the full module name is one of
     them or ends with ``"." + name``."""
@@ -132,6 +164,8 @@ def _exclude(shape: ModelShape, chosen: tuple[Linear, ...], exclude: tuple[str, 
 
 
 def _targeted_linears(shape: ModelShape, spec: RunSpec) -> tuple[Linear, ...]:
+    if spec.targets_regex:
+        return _regex_targets(shape, spec.targets_regex)
     targets = lora_targets(shape, spec)
     lins = block_linears(shape)
     if targets == (ALL_LINEAR,):

@@ -81,6 +81,7 @@ class RunSpec:
     eval_samples: int | None = None  # examples in the eval set (how many steps' logits pile up without the above)
     loss_token_share: float = 1.0  # share of the b*(s-1) positions whose label is not -100 (completion-only loss)
     exclude_modules: tuple[str, ...] = ()  # PEFT exclude_modules (a list: full names or name endings; lora.py)
+    targets_regex: str = ""  # PEFT target_modules as a str: re.fullmatch over full module names (lora.py)
     rank_pattern: tuple[tuple[str, int], ...] = ()  # PEFT rank_pattern {regex: r}, in order (lora.rank_of)
     use_dora: bool = False  # PEFT LoraConfig(use_dora=True): magnitudes and weight norm (activations/ops.py)
 
@@ -97,6 +98,9 @@ class RunSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.targets_regex and self.targets:
+            raise MemfitError("--targets-regex and --targets both choose LoRA's targets (PEFT's target_modules is a "
+                              "regular expression or a list): pass one")
         object.__setattr__(self, "rank_pattern", parse_rank_pattern(self.rank_pattern))  # a dict from Python too
         for key, r in self.rank_pattern:
             if isinstance(r, bool) or not isinstance(r, int) or r < 1:
@@ -129,6 +133,9 @@ class RunSpec:
             if self.lora_dropout:
                 raise MemfitError("--lora-dropout applies to the LoRA adapter; --method full has none: drop it or "
                                   "pass --method lora")
+            if self.targets_regex:
+                raise MemfitError("--targets-regex chooses LoRA's adapted modules; --method full trains every weight: "
+                                  "drop it or pass --method lora")
             if self.rank_pattern:
                 raise MemfitError("--rank-pattern sets LoRA ranks; --method full has no adapter: drop it or pass "
                                   "--method lora")

@@ -344,7 +344,9 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
     from memfit.estimate.arch import REGISTRY
 
     targets: str | list[str] | None
-    if not spec.targets:
+    if spec.targets_regex:
+        targets = spec.targets_regex
+    elif not spec.targets:
         arch = REGISTRY.get(str(model_type))
         targets = list(arch.default_lora_targets()) if arch is not None else None
     elif spec.targets == (ALL_LINEAR,):

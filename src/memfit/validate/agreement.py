@@ -98,7 +98,7 @@ class MatrixRow:
     @property
     def label(self) -> str:
         s = self.spec
-        targets = ",".join(s.targets) or "default"
+        targets = ",".join(s.targets) or (f"re:{s.targets_regex}" if s.targets_regex else "default")
         if s.exclude_modules:
             targets += f" less {','.join(s.exclude_modules)}"
         if s.rank_pattern:
