@@ -66,6 +66,15 @@ def test_lora_trains_fp32_adapters_only_and_full_trains_everything() -> None:
     assert full.config.use_cache is False and full.training
 
 
+def test_dora_builds_fp32_magnitudes() -> None:
+    """--dora: LoraConfig(use_dora=True); the magnitudes (q out 64, v out 32, 2 layers: 192) join the 7,168
+    adapter parameters above, fp32 on a bf16 base: 7,360."""
+    assert lora_config(RunSpec(use_dora=True), "llama").use_dora is True
+    dora = build_model(LLAMA, RunSpec(method="lora", precision="bf16", use_dora=True), device="meta")
+    trainable = [p for p in dora.parameters() if p.requires_grad]
+    assert sum(p.numel() for p in trainable) == 7_360 and {p.dtype for p in trainable} == {torch.float32}
+
+
 def test_checkpointing_is_applied_to_the_decoder_layers() -> None:
     model = build_model(LLAMA, RunSpec(method="full", checkpointing="full"), device="meta")
     assert model.is_activation_checkpointing

@@ -25,7 +25,7 @@ import typer
 
 from memfit.errors import MemfitError
 from memfit.estimate.fits import Target
-from memfit.estimate.spec import RunSpec, parse_targets
+from memfit.estimate.spec import RunSpec, parse_rank_pattern, parse_targets
 
 _P = inspect.Parameter
 
@@ -40,6 +40,16 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "modules_to_save": (str, typer.Option("--modules-to-save", help="fully trained modules beside LoRA, "
                                           "e.g. embed_tokens,lm_head")),
     "double_quant": (bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantisation")),
+    "exclude_modules": (str, typer.Option("--exclude-modules", help="modules PEFT leaves without an adapter "
+                                          "(exclude_modules: full names or name endings), e.g. k_proj")),
+    "targets_regex": (str, typer.Option("--targets-regex", help="LoRA targets as PEFT's target_modules string: a "
+                                        "regular expression full-matched against module names, e.g. "
+                                        "'.*\\.(q|v)_proj'")),
+    "rank_pattern": (str, typer.Option("--rank-pattern", help="per-module LoRA ranks as PEFT's rank_pattern: "
+                                       "NAME=RANK pairs, NAME a regular expression over module names, e.g. "
+                                       "q_proj=32,mlp.down_proj=8")),
+    "use_dora": (bool, typer.Option("--dora/--no-dora", help="DoRA (PEFT use_dora): a trained magnitude per "
+                                    "output feature and a weight norm in every adapted linear")),
     "precision": (str, typer.Option("--precision", "-p", help="fp32 | bf16 | fp16 | mixed-bf16 | mixed-fp16")),
     "optimizer": (str, typer.Option("--optimizer", help="adamw | adamw-8bit | sgd | sgd-momentum | adafactor | "
                                     "paged-adamw-8bit | paged-adamw-32bit (bitsandbytes; states in CUDA unified "
@@ -102,6 +112,14 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                 "weight: drop --targets or pass --method lora"),
     "modules_to_save": (lambda s: s.is_adapter, "--modules-to-save lists modules trained in full beside LoRA; "
                         "--method full trains every module already: drop it or pass --method lora"),
+    "exclude_modules": (lambda s: s.is_adapter, "--exclude-modules narrows LoRA's targets; --method full trains "
+                        "every weight: drop it or pass --method lora"),
+    "targets_regex": (lambda s: s.is_adapter, "--targets-regex chooses LoRA's adapted modules; --method full trains "
+                      "every weight: drop it or pass --method lora"),
+    "rank_pattern": (lambda s: s.is_adapter, "--rank-pattern sets LoRA ranks; --method full has no adapter: drop "
+                     "it or pass --method lora"),
+    "use_dora": (lambda s: s.is_adapter, "--dora decomposes LoRA's update (PEFT use_dora); --method full has no "
+                 "adapter: drop --dora or pass --method lora"),
     "double_quant": (lambda s: s.method == "qlora", "--double-quant/--no-double-quant sets QLoRA's 4-bit base; "
                      "it does nothing without --method qlora"),
     "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "
@@ -202,8 +220,10 @@ def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> Ru
     """Build a RunSpec from CLI values (strings for the tuple fields)."""
     fields = {}
     for name, value in values.items():
-        if name in ("targets", "modules_to_save"):
+        if name in ("targets", "modules_to_save", "exclude_modules"):
             value = parse_targets(value) if isinstance(value, str) else tuple(value or ())
+        elif name == "rank_pattern":
+            value = parse_rank_pattern(value)
         fields[name] = value
     return (base or _DEFAULTS).with_(**fields)
 
@@ -261,7 +281,7 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
             if name in exclude:
                 continue
             default = getattr(_DEFAULTS, name)
-            if name in ("targets", "modules_to_save"):
+            if name in ("targets", "modules_to_save", "exclude_modules", "rank_pattern"):
                 default, typ = None, str | None
             added.append(_P(name, _P.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]))
         added.append(_P("config", _P.KEYWORD_ONLY, default=None, annotation=Annotated[list[str] | None, CONFIG_OPTION]))

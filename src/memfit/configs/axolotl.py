@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import memfit.configs.trainer as trainer
 from memfit.configs.document import Document
-from memfit.configs.reading import FileReading, Reader, names
+from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
 from memfit.configs.trl import attention_setting
 
@@ -35,7 +35,6 @@ LIGER = "axolotl.integrations.liger.LigerPlugin"
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
 NOT_MODELLED = {
-    "peft_use_dora": "DoRA's magnitude vectors and norm activations",
     "lora_target_parameters": "LoRA on parameters (MoE expert weights)",
     "lora_rank_pattern": "per-module ranks",
     "lora_alpha_pattern": "per-module alphas (no memory effect) with rank patterns",
@@ -126,6 +125,7 @@ def _adapter(r: Reader) -> None:
         if r.get("lora_alpha") is not None:
             r.set("alpha", r.get("lora_alpha"), "lora_alpha")
         r.set("lora_dropout", float(r.get("lora_dropout") or 0.0), "lora_dropout")
+        dora(r, "peft_use_dora")
         if r.get("lora_target_linear"):
             r.set("targets", ("all-linear",), "lora_target_linear",
                   *(["lora_target_modules"] if r.get("lora_target_modules") else []),

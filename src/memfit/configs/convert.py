@@ -37,7 +37,7 @@ from typing import Any
 
 from memfit.configs.result import DERIVED_INPUTS, ConfigRow, ImportedRun
 from memfit.errors import MemfitError
-from memfit.estimate.spec import RunSpec
+from memfit.estimate.spec import RunSpec, parse_rank_pattern
 
 NOT_SPEC = frozenset({"model", "reference", "seq_unbounded"})
 
@@ -137,6 +137,10 @@ def to_spec(imported: ImportedRun, *, base: RunSpec | None = None, explicit: Map
         values["targets"] = tuple(values["targets"])
     if "modules_to_save" in values:
         values["modules_to_save"] = tuple(values["modules_to_save"])
+    if "exclude_modules" in values:
+        values["exclude_modules"] = tuple(values["exclude_modules"])
+    if "rank_pattern" in values:
+        values["rank_pattern"] = parse_rank_pattern(values["rank_pattern"])
     base = base or RunSpec()
     held = _held_sharding(values, explicit, base)
     stage, file_world = values.get("sharding", "none"), values.get("gpus", base.gpus)
@@ -247,11 +251,13 @@ def spec_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     from memfit.estimate.spec import parse_targets
 
     out = dict(overrides)
-    for key in ("targets", "modules_to_save"):
+    for key in ("targets", "modules_to_save", "exclude_modules"):
         if isinstance(out.get(key), str):
             out[key] = parse_targets(out[key])
         elif out.get(key) is not None:
             out[key] = tuple(out[key])
+    if "rank_pattern" in out:
+        out["rank_pattern"] = parse_rank_pattern(out["rank_pattern"])
     unknown = set(out) - runspec_fields()
     if unknown:
         raise MemfitError(f"unknown run setting {', '.join(sorted(unknown))}: RunSpec takes "

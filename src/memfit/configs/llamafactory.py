@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import memfit.configs.trainer as trainer
 from memfit.configs.document import Document
-from memfit.configs.reading import FileReading, Reader, names
+from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
 from memfit.configs.trl import attention_setting
 
 FLASH_ATTN = {"auto": None, "disabled": "eager", "sdpa": "sdpa", "fa2": "flash_attention_2", "fa3": "flash_attention_3"}
 
 NOT_MODELLED = {
-    "use_dora": "DoRA's magnitude vectors and norm activations",
     "use_galore": "GaLore projections of the optimizer states",
     "use_apollo": "APOLLO optimizer states",
     "use_badam": "BAdam trains one block at a time",
@@ -106,6 +105,7 @@ def _method(r: Reader) -> None:
             r.set("modules_to_save", names([r.get("additional_target")]), "additional_target")
         r.ignore("use_rslora", "scaling only")
         r.ignore("pissa_init", "initialisation only")
+        dora(r, "use_dora")
     elif ft == "full":
         r.set("adapter", "none", "finetuning_type")
     else:

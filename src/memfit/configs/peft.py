@@ -2,20 +2,18 @@
 
 ``r`` 8, ``lora_alpha`` 8, ``lora_dropout`` 0.0, ``target_modules`` None (PEFT's default for the
 architecture); a *string* ``target_modules`` other than ``all-linear`` is a regular expression PEFT
-full-matches against module names (``check_target_module_exists``), which memfit does not evaluate.
+full-matches against module names (``check_target_module_exists``): the ``targets_regex`` setting.
 """
 
 from __future__ import annotations
 
 from memfit.configs.document import Document
-from memfit.configs.reading import FileReading, Reader, names
+from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
+from memfit.estimate.spec import parse_rank_pattern
 
 NOT_MODELLED = {
-    "use_dora": "DoRA's magnitude vectors and norm activations",
-    "rank_pattern": "per-module ranks",
     "layers_to_transform": "LoRA on some layers only",
-    "exclude_modules": "modules excluded from the targets",
     "trainable_token_indices": "trainable token rows",
     "target_parameters": "LoRA on parameters (MoE expert weights)",
     "lora_bias": "a trained bias on lora_B",
@@ -41,8 +39,8 @@ def read_peft(doc: Document) -> FileReading:
     r.set("lora_dropout", float(r.get("lora_dropout") or 0.0), "lora_dropout")
     targets = r.get("target_modules")
     if isinstance(targets, str) and targets != "all-linear":
-        r.not_modelled("target_modules", "a regular expression over module names: pass --targets with the names "
-                                         "it matches", active=lambda v: True)
+        r.set("targets_regex", targets, "target_modules", note="a regular expression PEFT full-matches against module "
+                                                              "names")
     elif targets:
         t = names(targets if isinstance(targets, list) else [targets])
         r.set("targets", ("all-linear",) if t == ("all-linear",) else t, "target_modules")
@@ -52,6 +50,19 @@ def read_peft(doc: Document) -> FileReading:
         r.set("modules_to_save", names(r.get("modules_to_save")), "modules_to_save")
     if r.get("bias") not in (None, "none"):
         r.not_modelled("bias", f"bias={r.get('bias')!r}: trained biases", active=lambda v: True)
+    dora(r, "use_dora")
+    if r.get("rank_pattern", None):
+        r.set("rank_pattern", parse_rank_pattern(r.get("rank_pattern")), "rank_pattern")
+    else:
+        r.ignore("rank_pattern", "none")
+    exclude = r.get("exclude_modules", None)
+    if isinstance(exclude, str):
+        r.not_modelled("exclude_modules", "a regular expression over module names: pass --exclude-modules with the "
+                                          "names it matches", active=lambda v: True)
+    elif exclude:
+        r.set("exclude_modules", names(exclude), "exclude_modules")
+    else:
+        r.ignore("exclude_modules", "none")
     for name, why in NOT_MODELLED.items():
         r.not_modelled(name, why)
     r.ignore("alpha_pattern", "alphas: no memory effect")

@@ -250,3 +250,12 @@ def names(values: Iterable[Any]) -> tuple[str, ...]:
     for v in values:
         out += [p.strip() for p in str(v).split(",") if p.strip()]
     return tuple(out)
+
+
+def dora(r: Reader, field: str) -> None:
+    """``use_dora`` (axolotl ``peft_use_dora``): the ``use_dora`` setting when true, ignored when false."""
+    if r.get(field, False):
+        r.set("use_dora", True, field, note="DoRA (PEFT use_dora): fp32 magnitudes, saved outputs and the weight "
+                                            "norm (estimate/activations/ops.py)")
+    else:
+        r.ignore(field, "off")

@@ -25,7 +25,7 @@ from typing import Any
 
 import memfit.configs.trainer as trainer
 from memfit.configs.document import Document
-from memfit.configs.reading import FileReading, Reader, names
+from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
 
 TRL_VERSION = "trl 1.16.0"
@@ -102,7 +102,7 @@ def _model_fields(r: Reader) -> None:
             r.set("targets", (), "lora_target_modules", memfit_value="PEFT's default for the architecture")
         if r.get("lora_modules_to_save"):
             r.set("modules_to_save", names(r.get("lora_modules_to_save")), "lora_modules_to_save")
-        r.not_modelled("use_dora", "DoRA's magnitude vectors and norm activations")
+        dora(r, "use_dora")
         r.not_modelled("lora_target_parameters", "LoRA on parameters (MoE expert weights)")
         r.ignore("use_rslora", "scaling only")
     else:

@@ -22,6 +22,10 @@ backward, last block   W + O + A - loss - head - (that block) + G(head, last blo
                        op's output and inputs (a reverse replay of the block's ops) + the residual
                        stream's gradient (b*s*h)
 backward, first block  W + O + A(block 0's backward as above) + G(all blocks, head)
+forward / recompute,   with DoRA: the blocks' saved tensors up to the last block's widest DoRA weight norm
+last block             (eye(in), lora_B(lora_A(eye)), W + s*BA: :func:`~.activations.ops.dora_weight_norm`)
+                       plus those temporaries; with checkpointing also in the recompute of the last
+                       and of the first block (with every later block's gradients)
 optimizer              W + G + O + the optimizer's temporaries (see :func:`optimizer_temporaries`)
 evaluation             with ``eval_batch``: W + O + an eval step's logits and loss, and the logits the
                        Trainer keeps for its metrics (:mod:`memfit.estimate.evaluation`)
@@ -219,12 +223,26 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     out.append(Moment(phase="backward", label="backward: last block",
                       parts={**base, ACTS: others + other_saved, GRADS: g_head + last_grads,
                              TEMPS: bwd_per + resid_grad}))
+    if act.forward_temps:  # DoRA's weight norm in the last block's forward, and again in its recompute
+        before = act.checkpoints if seg else blocks - act.per_layer + act.forward_saved
+        out.insert(0, Moment(phase="forward", label="forward: last block",
+                             parts={**base, ACTS: before + other_saved, TEMPS: act.forward_temps}))
+        if seg:
+            out.append(Moment(phase="backward", label="backward: last block recompute",
+                              parts={**base, ACTS: others + other_saved + act.forward_saved,
+                                     GRADS: g_head + last_grads - st.grads_per_layer,
+                                     TEMPS: act.forward_temps + resid_grad}))
     # backward of the first block: its own backward + every block's gradients
     first_others = act.layer_input - act.input_saved if seg and not spec.offload else 0
     if seg and spec.offload:  # a leaf block-0 input stays on the device; the recompute input as above
         first_others = act.leaf_input - (0 if host_copy_back else act.input_saved)
     if seg and seg > 1:
         first_others += (min(seg, n) - 1) * act.per_layer
+    if act.forward_temps and seg and n > 1:  # block 0's recompute: every later block's gradients exist by then
+        out.append(Moment(phase="backward", label="backward: first block recompute",
+                          parts={**base, ACTS: first_others + other_saved + act.forward_saved,
+                                 GRADS: g_head + g_layers - st.grads_per_layer,
+                                 TEMPS: act.forward_temps + resid_grad}))
     out.append(Moment(phase="backward", label="backward: first block",
                       parts={**base, ACTS: first_others + other_saved, GRADS: g_head + g_layers,
                              TEMPS: act.backward_first + resid_grad}))

@@ -9,6 +9,10 @@ every ``nn.Linear`` (and GPT-2's ``Conv1D``) except the output layer. Each adapt
 Worked: Llama-2-7B with r=16 on q_proj, v_proj: per layer 16*(4096+4096) * 2 = 262,144;
 x 32 layers = 8,388,608 trainable parameters.
 
+DoRA (``use_dora``, PEFT 0.21.2 ``DoraLinearVariant.init``) adds one trained fp32 magnitude of ``out`` elements
+per adapted linear (``lora_magnitude_vector[adapter].weight``, the row norms of W): Llama-2-7B q_proj, v_proj
+gains (4096 + 4096) * 32 = 262,144 parameters. PEFT refuses DoRA on fused experts and routers (``ParamWrapper``).
+
 Mixtral (transformers 5) keeps its experts as fused 3-D parameters (E, 2i, h) and (E, h, i) and its router
 ``mlp.gate`` as a plain weight. PEFT 0.21's ``all-linear`` adapts all three (the experts through
 ``target_parameters``), with these shapes, observed on the meta device and pinned by a test::
@@ -40,6 +44,7 @@ block's projection) are run by ``memfit trace`` and ``memfit measure``, which ap
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -83,11 +88,87 @@ def lora_targets(shape: ModelShape, spec: RunSpec) -> tuple[str, ...]:
 
 
 def adapted_linears(shape: ModelShape, spec: RunSpec, *, check: bool = True) -> tuple[Linear, ...]:
-    """The block linears that carry a LoRA adapter (empty for ``--method full``), of ``shape.linears()``.
-    ``check``: a MemfitError for a target that names no linear of any layer kind (PEFT's error) or a fused
-    expert / router; off for one kind of a model whose layers differ (a target may name only another kind's)."""
+    """The block linears that carry a LoRA adapter (empty for ``--method full``), of ``shape.linears()``, less
+    ``--exclude-modules``. ``check``: a MemfitError for a target that names no linear of any layer kind (PEFT's
+    error) or a fused expert / router; off for one kind of a model whose layers differ (a target may name only
+    another kind's)."""
     if not spec.is_adapter:
         return ()
+    chosen = _targeted_linears(shape, spec, check=check)
+    if not spec.exclude_modules:
+        return chosen
+    return _exclude(shape, chosen, spec.exclude_modules)
+
+
+@cache
+def _regex_targets(shape: ModelShape, pattern: str) -> tuple[Linear, ...]:
+    """PEFT 0.21.2 ``check_target_module_exists`` with a str ``target_modules``: ``re.fullmatch(pattern, key)`` over
+    every full module name. The estimate models adapters on block linears, the same in every layer: a pattern that
+    matches another module (lm_head, a norm, an attention module) or a linear in some layers only is an error
+    naming trace and measure; one that matches nothing is PEFT's "Target modules ... not found"."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise MemfitError(f"--targets-regex {pattern!r}: not a regular expression ({exc})") from exc
+    prefix = shape.arch.names.model.layers
+    lins = [lin for lin in block_linears(shape) if lin.is_nn_linear]
+    keys = {f"{prefix}.{i}.{lin.path}" for lin in lins for i in range(shape.n_layers)}
+    other = [k for k in module_names(shape) if k not in keys and rx.fullmatch(k)]
+    if other:
+        raise MemfitError(f"--targets-regex {pattern!r} matches {', '.join(other[:3])}: memfit estimate models LoRA on "
+                          "the blocks' linear layers only; run `memfit trace` or `memfit measure`, which apply PEFT "
+                          "itself")
+    chosen = []
+    for lin in lins:
+        hits = {bool(rx.fullmatch(f"{prefix}.{i}.{lin.path}")) for i in range(shape.n_layers)}
+        if len(hits) > 1:
+            raise MemfitError(f"--targets-regex {pattern!r} adapts {lin.path} in some layers only: memfit estimate "
+                              "models the same adapters in every layer; run `memfit trace` or `memfit measure`")
+        if hits.pop():
+            chosen.append(lin)
+    if not chosen:
+        raise MemfitError(f"--targets-regex {pattern!r} matches no module of this {shape.model_type} model (PEFT "
+                          f"full-matches it against names such as {prefix}.0.{lins[0].path})")
+    return tuple(chosen)
+
+
+def _is_excluded(key: str, exclude: tuple[str, ...]) -> bool:
+    """PEFT 0.21.2 ``check_target_module_exists`` with a list ``exclude_modules``: the full module name is one of
+    them or ends with ``"." + name``."""
+    return key in exclude or any(key.endswith("." + e) for e in exclude)
+
+
+@cache
+def _exclude(shape: ModelShape, chosen: tuple[Linear, ...], exclude: tuple[str, ...]) -> tuple[Linear, ...]:
+    """``chosen`` less the linears ``exclude`` names, the same in every layer (the estimate replays one block for
+    all): a name that excludes a module in some layers only (``model.layers.0.mlp.down_proj``) is an error naming
+    trace and measure, which apply PEFT itself; so is a name no module has (PEFT only warns) and excluding every
+    target (PEFT's "All modules were excluded")."""
+    names = module_names(shape)
+    unknown = [e for e in exclude if not any(_is_excluded(k, (e,)) for k in names)]
+    if unknown:
+        raise MemfitError(f"--exclude-modules {', '.join(unknown)} matches no module of this {shape.model_type} model "
+                          "(PEFT excludes a module whose full name is, or ends with '.' + , a given name): use e.g. "
+                          "--exclude-modules k_proj or mlp.down_proj")
+    prefix = shape.arch.names.model.layers
+    kept = []
+    for lin in chosen:
+        hits = {_is_excluded(f"{prefix}.{i}.{lin.path}", exclude) for i in range(shape.n_layers)}
+        if len(hits) > 1:
+            raise MemfitError(f"--exclude-modules {', '.join(exclude)} leaves {lin.path} without an adapter in some "
+                              "layers only: memfit estimate models the same adapters in every layer; run "
+                              "`memfit trace` or `memfit measure`, which apply PEFT itself")
+        if not hits.pop():
+            kept.append(lin)
+    if chosen and not kept:
+        raise MemfitError(f"--exclude-modules {', '.join(exclude)} excludes every LoRA target (PEFT: 'All modules "
+                          "were excluded'): exclude fewer modules or change --targets")
+    return tuple(kept)
+
+
+def _targeted_linears(shape: ModelShape, spec: RunSpec, *, check: bool) -> tuple[Linear, ...]:
+    if spec.targets_regex:
+        return _regex_targets(shape, spec.targets_regex)
     targets = lora_targets(shape, spec)
     lins = block_linears(shape)
     renamed = shape.arch.peft_expert_names
@@ -130,14 +211,51 @@ def lora_rank(lin: Linear, rank: int) -> int:
     return rank
 
 
+def rank_of(shape: ModelShape, spec: RunSpec, lin: Linear) -> int:
+    r"""r on ``lin``: ``spec.rank``, or the value of the first ``rank_pattern`` key that PEFT 0.21.2 matches
+    (``peft.utils.other.get_pattern_key``: ``re.match(rf"(.*\.)?({key})$", full_module_name)``)."""
+    if not spec.rank_pattern:
+        return spec.rank
+    return _pattern_rank(shape, spec.rank_pattern, spec.rank, lin)
+
+
+@cache
+def _pattern_rank(shape: ModelShape, pattern: tuple[tuple[str, int], ...], rank: int, lin: Linear) -> int:
+    """The same r in every layer, or a MemfitError (the estimate replays one block for all)."""
+    prefix = shape.arch.names.model.layers
+    ranks = set()
+    for i in range(shape.n_layers):
+        key, r = f"{prefix}.{i}.{lin.path}", rank
+        for pat, value in pattern:
+            try:
+                hit = re.match(rf"(.*\.)?({pat})$", key)
+            except re.error as exc:
+                raise MemfitError(f"--rank-pattern {pat}: not a regular expression ({exc})") from exc
+            if hit:
+                r = value
+                break
+        ranks.add(r)
+    if len(ranks) > 1:
+        raise MemfitError(f"--rank-pattern gives {lin.path} ranks {sorted(ranks)} in different layers: memfit estimate "
+                          "models the same adapters in every layer; run `memfit trace` or `memfit measure`, which "
+                          "apply PEFT itself")
+    r = ranks.pop()
+    if r != rank and lin.experts > 1:
+        raise MemfitError(f"--rank-pattern on {lin.path} (fused experts, adapted through PEFT's target_parameters): "
+                          "not modelled by memfit estimate; run `memfit trace` or `memfit measure`")
+    return r
+
+
 def lora_linear_params(lin: Linear, rank: int) -> int:
     """lora_A (r' x in) + lora_B (out x r') with r' = :func:`lora_rank`."""
     return lora_rank(lin, rank) * (lin.in_features + lin.out_features)
 
 
 def lora_params_per_layer(shape: ModelShape, spec: RunSpec) -> int:
-    """r * (in + out) summed over the adapted linears of one block (of ``shape.linears()``'s kind)."""
-    return sum(lora_linear_params(lin, spec.rank) for lin in adapted_linears(shape, spec, check=False))
+    """r * (in + out) summed over the adapted linears of one block (of ``shape.linears()``'s kind), plus out for
+    each with DoRA (its magnitude)."""
+    return sum(lora_linear_params(lin, rank_of(shape, spec, lin)) + (lin.out_features if spec.use_dora else 0)
+               for lin in adapted_linears(shape, spec, check=False))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

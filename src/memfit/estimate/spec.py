@@ -89,6 +89,10 @@ class RunSpec:
     cpu_offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
     bucket_mb: int = 25  # DDP's bucket_cap_mb (torch 2.13.0 default 25): the gradient buckets' split
     adamw_impl: AdamWImpl = "fused"
+    exclude_modules: tuple[str, ...] = ()  # PEFT exclude_modules (a list: full names or name endings; lora.py)
+    targets_regex: str = ""  # PEFT target_modules as a str: re.fullmatch over full module names (lora.py)
+    rank_pattern: tuple[tuple[str, int], ...] = ()  # PEFT rank_pattern {regex: r}, in order (lora.rank_of)
+    use_dora: bool = False  # PEFT LoraConfig(use_dora=True): magnitudes and weight norm (activations/ops.py)
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -105,6 +109,13 @@ class RunSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemfitError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.targets_regex and self.targets:
+            raise MemfitError("--targets-regex and --targets both choose LoRA's targets (PEFT's target_modules is a "
+                              "regular expression or a list): pass one")
+        object.__setattr__(self, "rank_pattern", parse_rank_pattern(self.rank_pattern))  # a dict from Python too
+        for key, r in self.rank_pattern:
+            if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+                raise MemfitError(f"--rank-pattern {key}={r!r}: a rank must be a positive integer")
         for name in ("eval_batch", "eval_accumulation_steps", "eval_samples"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -134,6 +145,18 @@ class RunSpec:
             if self.lora_dropout:
                 raise MemfitError("--lora-dropout applies to the LoRA adapter; --method full has none: drop it or "
                                   "pass --method lora")
+            if self.targets_regex:
+                raise MemfitError("--targets-regex chooses LoRA's adapted modules; --method full trains every weight: "
+                                  "drop it or pass --method lora")
+            if self.rank_pattern:
+                raise MemfitError("--rank-pattern sets LoRA ranks; --method full has no adapter: drop it or pass "
+                                  "--method lora")
+            if self.exclude_modules:
+                raise MemfitError("--exclude-modules narrows LoRA's targets; --method full trains every weight: "
+                                  "drop it or pass --method lora")
+            if self.use_dora:
+                raise MemfitError("--dora decomposes LoRA's update (PEFT use_dora); --method full has no adapter: "
+                                  "drop --dora or pass --method lora")
         if self.offload and self.checkpointing == "none":
             raise MemfitError("--offload moves the checkpoints to CPU memory; with --checkpointing none there are "
                               "none: add --checkpointing full (or every-k, sqrt) or drop --offload")
@@ -190,6 +213,8 @@ class RunSpec:
         d = asdict(self)
         d["targets"] = list(self.targets)
         d["modules_to_save"] = list(self.modules_to_save)
+        d["exclude_modules"] = list(self.exclude_modules)
+        d["rank_pattern"] = dict(self.rank_pattern)
         return d
 
     @classmethod
@@ -224,9 +249,11 @@ class RunSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         d = dict(d)
-        for key in ("targets", "modules_to_save"):
+        for key in ("targets", "modules_to_save", "exclude_modules"):
             if key in d and d[key] is not None:
                 d[key] = tuple(d[key])
+        if "rank_pattern" in d:
+            d["rank_pattern"] = parse_rank_pattern(d["rank_pattern"])
         return cls(**d)
 
 
@@ -246,6 +273,25 @@ def parse_targets(text: str | None, *, flag: str = "--targets") -> tuple[str, ..
     if ALL_LINEAR in names and len(names) > 1:
         raise MemfitError(f"{flag} all-linear stands alone; drop the other names")
     return names
+
+
+def parse_rank_pattern(value: Any) -> tuple[tuple[str, int], ...]:
+    """``"q_proj=32,v_proj=8"`` or PEFT's ``{"q_proj": 32}`` -> ``(("q_proj", 32), ("v_proj", 8))`` (order kept: PEFT
+    takes the first key that matches)."""
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, str):
+        items = []
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            key, sep, r = part.rpartition("=")
+            if not sep or not key or not r.strip().isdigit():
+                raise MemfitError(f"--rank-pattern {value!r}: write NAME=RANK pairs, e.g. q_proj=32,mlp.down_proj=8")
+            items.append((key.strip(), int(r)))
+    else:
+        items = [tuple(i) for i in value]
+    return tuple((str(k), r) for k, r in items)
 
 
 def _check_choice(name: str, value: object, choices: Any) -> None:

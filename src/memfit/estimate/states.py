@@ -66,7 +66,7 @@ from functools import cache
 
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import CUDA_BLOCK_BYTES, FP32_BYTES
-from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, saved_modules
+from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, rank_of, saved_modules
 from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
@@ -195,10 +195,12 @@ def _block_tensors(shape: ModelShape, spec: RunSpec) -> list[tuple[int, int, int
             out += [(norm.size, w, 0)] * (2 if norm.bias else 1)
         return out + [(param.size, w, 0) for param in shape.block_params()]
     for lin in adapted_linears(shape, spec, check=False):
-        r = lora_rank(lin, spec.rank)
+        r = lora_rank(lin, rank_of(shape, spec, lin))
         # lora_A (r', in) and lora_B (out, r')
         out += [(r * lin.in_features, FP32_BYTES, r + lin.in_features),
                 (r * lin.out_features, FP32_BYTES, lin.out_features + r)]
+        if spec.use_dora:  # DoRA's magnitude (lora_magnitude_vector[...].weight): one fp32 vector of out
+            out.append((lin.out_features, FP32_BYTES, 0))
     return out
 
 

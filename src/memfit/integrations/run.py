@@ -379,7 +379,7 @@ def describe(spec: RunSpec) -> str:
     """``lora, r8, fp32, adamw, checkpointing none, sdpa, loss standard, cpu``."""
     parts: list[str] = [spec.method]
     if spec.is_adapter:
-        parts.append(f"r{spec.rank}")
+        parts.append(f"r{spec.rank}" + (" dora" if spec.use_dora else ""))
     parts += [spec.precision, spec.optimizer, f"checkpointing {spec.checkpointing}", spec.attention,
               f"loss {spec.loss}", spec.device]
     return ", ".join(parts)

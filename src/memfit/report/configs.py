@@ -83,7 +83,8 @@ def spec_line(si: SpecImport) -> str:
     s = si.spec
     model = f"model {si.model}; " if si.model else ""
     targets = ",".join(s.targets) or "PEFT default"
-    adapter = f" rank {s.rank} alpha {s.alpha} targets {targets}," if s.is_adapter else ""
+    dora = " dora" if s.use_dora else ""
+    adapter = f" rank {s.rank} alpha {s.alpha} targets {targets}{dora}," if s.is_adapter else ""
     return (f"{model}{s.method},{adapter} {s.precision}, {s.optimizer}, batch {s.batch} x seq {s.seq}, grad_accum "
             f"{s.grad_accum}, checkpointing {s.checkpointing}{' + offload' if s.offload else ''}, {s.attention}, "
             f"loss {s.loss}")

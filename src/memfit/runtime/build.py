@@ -371,7 +371,9 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
     from memfit.estimate.arch import REGISTRY
 
     targets: str | list[str] | None
-    if not spec.targets:
+    if spec.targets_regex:
+        targets = spec.targets_regex
+    elif not spec.targets:
         arch = REGISTRY.get(str(model_type))
         targets = list(arch.default_lora_targets()) if arch is not None else None
     elif spec.targets == (ALL_LINEAR,):
@@ -384,6 +386,9 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
         lora_dropout=spec.lora_dropout,
         target_modules=targets,
         modules_to_save=list(spec.modules_to_save) or None,
+        exclude_modules=list(spec.exclude_modules) or None,
+        rank_pattern=dict(spec.rank_pattern),
+        use_dora=spec.use_dora,
         task_type="CAUSAL_LM",
     )
 
@@ -407,12 +412,19 @@ def _apply_lora(model: torch.nn.Module, spec: RunSpec) -> torch.nn.Module:
     from peft import get_peft_model
 
     _check_modules_to_save(model, spec)
+    keys = [k for k, _ in model.named_modules(remove_duplicate=False) if k]
+    unknown = [e for e in spec.exclude_modules if not any(k == e or k.endswith("." + e) for k in keys)]
+    if unknown:  # PEFT 0.21.2 only warns ("no modules were excluded"); the estimate refuses the same names
+        raise MemfitError(f"--exclude-modules {', '.join(unknown)} matches no module of this model (PEFT excludes a "
+                          "module whose full name is, or ends with '.' + , a given name): use e.g. --exclude-modules "
+                          "k_proj or mlp.down_proj")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             peft_model = get_peft_model(model, lora_config(spec, getattr(model.config, "model_type", None)))  # type: ignore[arg-type]
     except ValueError as exc:
-        raise MemfitError(f"PEFT cannot apply LoRA with --targets {','.join(spec.targets) or '(default)'}: "
+        raise MemfitError(f"PEFT cannot apply LoRA with --targets {','.join(spec.targets) or '(default)'}"
+                          f"{' --exclude-modules ' + ','.join(spec.exclude_modules) if spec.exclude_modules else ''}: "
                           f"{exc}. Name modules the model has (e.g. q_proj,v_proj) or use all-linear") from exc
     if spec.checkpointing != "none":
         # Frozen embeddings give the first checkpointed block an input that does not require grad;

@@ -23,6 +23,7 @@ from memfit.estimate import lookup
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
+from memfit.validate.rows_dora import DORA_ROWS, PEFT_OPTION_ROWS
 from memfit.validate.rows_offload import OFFLOAD_ROWS
 
 # (catalogue model, scaled hidden, scaled layers): the architectures of the matrix.
@@ -104,8 +105,12 @@ class MatrixRow:
     @property
     def label(self) -> str:
         s = self.spec
-        targets = ",".join(s.targets) or "default"
-        method = s.method if s.method == "full" else f"{s.method}[{targets}]" + (
+        targets = ",".join(s.targets) or (f"re:{s.targets_regex}" if s.targets_regex else "default")
+        if s.exclude_modules:
+            targets += f" less {','.join(s.exclude_modules)}"
+        if s.rank_pattern:
+            targets += " ranks " + ",".join(f"{k}={r}" for k, r in s.rank_pattern)
+        method = s.method if s.method == "full" else f"{'dora' if s.use_dora else s.method}[{targets}]" + (
             " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         if s.checkpointing in ("sqrt", "every-k"):  # segments / one block in k: the depth matters, say it
@@ -114,8 +119,10 @@ class MatrixRow:
         opt = f" {s.optimizer}" if s.optimizer != "adamw" else ("" if s.adamw_impl == "fused" else f" {s.adamw_impl}")
         w = self.shape.sliding_window
         window = f" window {w}" if w is not None and w <= s.seq else ""  # sliding layers past their window
+        v = self.shape.vocab
+        vocab = f" vocab {v}" if v != lookup(self.model).shape.vocab else ""  # a row that sets its own vocab_size
         return (f"{self.model} {method}{opt} {s.precision} {s.attention} {ck} b{s.batch} s{s.seq}{window}"
-                f"{self.dropout_label}")
+                f"{vocab}{self.dropout_label}")
 
     @property
     def dropout_label(self) -> str:
@@ -310,7 +317,7 @@ def full_matrix() -> list[MatrixRow]:
     rows, the rows past a sliding window and those with dense-MLP layers among MoE ones."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
             for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix() \
-        + layer_kind_matrix() + offload_matrix() + quant_matrix()
+        + layer_kind_matrix() + offload_matrix() + quant_matrix() + dora_matrix()
 
 
 def layer_kind_matrix() -> list[MatrixRow]:
@@ -331,6 +338,10 @@ def quant_matrix(*, fast: bool = False) -> list[MatrixRow]:
 
     return [MatrixRow(model=m, config=scaled_config(m, 256, 2), spec=_fit_spec(m, s))
             for m, s in (FAST_QUANT_ROWS if fast else QUANT_ROWS)]
+def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROWS + PEFT_OPTION_ROWS
+                ) -> list[MatrixRow]:
+    """The --dora and PEFT option rows (:mod:`memfit.validate.rows_dora`; ``FAST_DORA_ROWS`` for the fast subset)."""
+    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in rows]
 
 
 def dropout_matrix() -> list[MatrixRow]:

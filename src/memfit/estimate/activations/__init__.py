@@ -67,6 +67,8 @@ class ActivationBytes:
     layers_extra: int = 0  # layers 1..L-1 of another kind than the typical block: their bytes less per_layer
     offloaded: int = 0  # --offload: the checkpoints' copies in host memory (not device bytes)
     leaf_input: int = 0  # --offload: block 0's input when it is a leaf the graph keeps on the device (else 0)
+    forward_saved: int = 0  # a typical block's widest forward transient (DoRA's weight norm): its bytes saved by then
+    forward_temps: int = 0  # ... and the temporaries alive at that moment (0: none recorded)
 
     @property
     def layers(self) -> int:
@@ -124,6 +126,7 @@ class _Blocks:
     last: SymTensor
     layers_extra: int = 0
     held_per: int = 0  # bytes of a typical block's storages held by an autograd ctx (Tape.held)
+    forward: tuple[int, int] = (0, 0)  # the typical block's widest forward transient (Tape.forward_peak)
 
 
 def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
@@ -180,11 +183,11 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
         input_saved = first_saved[x.storage].nbytes if x.storage in first_saved else 0
         return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
-                       first_out=x1, last=x1)
+                       first_out=x1, last=x1, forward=t.forward_peak(mark))
     typical = (kinds[-1][0], masked[1])
     mark = t.mark()
     x2 = block_forward(_layer_replay(rp, typical), x1, rope)
-    per_saved, backward_per = t.saved_since(mark), t.backward_peak(mark)
+    per_saved, backward_per, forward = t.saved_since(mark), t.backward_peak(mark), t.forward_peak(mark)
     shared = shared or (rope_storages & per_saved.keys())
     per = _by_component(per_saved, shared)
     others: dict[tuple[ModelShape, bool], int] = {}
@@ -200,7 +203,7 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
                    backward_first=backward_first, backward_per=backward_per,
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
-                   first_out=x1, last=x2, layers_extra=extra,
+                   first_out=x1, last=x2, layers_extra=extra, forward=forward,
                    held_per=sum(t.held.get(s, 0) for s in per_saved if s != x1.storage))
 
 
@@ -208,6 +211,11 @@ def _check_run(rp: Replay) -> None:
     """Refuse what transformers or PEFT refuse for this model and run."""
     m, spec = rp.model, rp.spec
     wrapped = sorted({lin.name for lin in block_linears(m) if lin.path in rp.adapted and not lin.is_nn_linear})
+    if spec.use_dora and wrapped:
+        # peft 0.21.2 ParamWrapper.__init__: "does not work with use_dora=True" (a ValueError)
+        raise MemfitError(f"PEFT cannot apply DoRA to {', '.join(wrapped)} ({m.model_type}'s router / fused experts, "
+                          "which --targets all-linear adapts through ParamWrapper): drop --dora, or name the "
+                          "attention projections in --targets (e.g. q_proj,v_proj)")
     if spec.lora_dropout > 0.0 and wrapped:
         # peft 0.21.2 ParamWrapper.update_layer: "does not work with lora_dropout != 0" (a ValueError)
         raise MemfitError(f"PEFT cannot apply LoRA dropout to {', '.join(wrapped)} ({m.model_type}'s router / "
@@ -250,6 +258,7 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,
         layers_extra=blocks.layers_extra, offloaded=ck.host_bytes,
         leaf_input=layer_input if (leaf and spec.offload and ck.segment) else 0,
+        forward_saved=blocks.forward[0], forward_temps=blocks.forward[1],
     )
 
 

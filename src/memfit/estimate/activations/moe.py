@@ -12,7 +12,7 @@ from memfit.estimate.activations.ops import Replay
 from memfit.estimate.activations.tape import SymTensor
 from memfit.estimate.block_parts import Linear, LinearRole
 from memfit.estimate.constants import FP32_BYTES, INT64_BYTES
-from memfit.estimate.lora import lora_linear_params, lora_params_per_layer, lora_rank
+from memfit.estimate.lora import lora_linear_params, lora_params_per_layer, lora_rank, rank_of
 
 
 def moe_mlp(rp: Replay, x: SymTensor, lins: dict[LinearRole, Linear]) -> SymTensor:
@@ -158,7 +158,7 @@ def _router_logits(rp: Replay, x: SymTensor, router: Linear) -> SymTensor:
     as the weight (E*h, its autocast copy under mixed precision).
     """
     t, m = rp.tape, rp.model
-    E, h, r = m.n_experts, m.hidden, lora_rank(router, rp.spec.rank)
+    E, h, r = m.n_experts, m.hidden, lora_rank(router, rank_of(m, rp.spec, router))
     a, b = t.weight((r, h), FP32_BYTES, True), t.weight((E, r), FP32_BYTES, True)
     t.matmul(b, a, (E, h), "moe/router/lora")  # delta = B @ A, then W + delta.to(W.dtype)
     w_eff = t.new((E, h), _expert_itemsize(rp), True)
@@ -188,7 +188,7 @@ def _effective_weight(rp: Replay, lin: Linear, component: str, *, pending: int) 
     Its backward takes the gradient of W_eff (E*out*in again); ``pending``: the block's adapter gradient
     bytes that do not exist yet when it runs (see :func:`_adapted_experts`).
     """
-    t, itemsize, r = rp.tape, _expert_itemsize(rp), lora_rank(lin, rp.spec.rank)
+    t, itemsize, r = rp.tape, _expert_itemsize(rp), lora_rank(lin, rank_of(rp.model, rp.spec, lin))
     factors = []
     for shape in ((lin.out_features, r), (r, lin.in_features)):
         f = t.param(shape, itemsize, True) if itemsize == FP32_BYTES else t.new(shape, itemsize, True)
@@ -252,7 +252,7 @@ def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear, ro
     Tk, h, i = rp.batch * rp.seq * m.experts_per_token, m.hidden, m.intermediate
     eager = _eager_loop(rp)
     g_block = lora_params_per_layer(m, spec) * FP32_BYTES
-    g_before_down = g_block - lora_linear_params(down, spec.rank) * FP32_BYTES
+    g_before_down = g_block - lora_linear_params(down, rank_of(m, spec, down)) * FP32_BYTES
     w_gu = _effective_weight(rp, gate_up, "moe/gate_up", pending=g_before_down)
     rows_start = t.saved_total
     gathered = t.new((Tk, h), x.itemsize, x.requires_grad)

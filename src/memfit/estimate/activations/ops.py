@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from memfit.estimate.activations.tape import SymTensor, Tape
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES, INT64_BYTES
-from memfit.estimate.lora import adapted_linears, lora_rank
+from memfit.estimate.lora import adapted_linears, lora_rank, rank_of
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -107,11 +107,72 @@ def _lora(rp: Replay, x: SymTensor, lin: Linear, base: SymTensor) -> SymTensor:
     """PEFT 0.21.2 ``lora.Linear.forward``: x = x.to(lora_A.weight.dtype) (fp32), then
     ``lora_B(lora_A(dropout(x))) * scaling`` added to the base output and cast back to its dtype. Each adapted
     linear has its own dropout and its own cast: q, k and v share nothing. lora_A saves the dropped copy."""
-    t, r = rp.tape, lora_rank(lin, rp.spec.rank)
+    t, r = rp.tape, lora_rank(lin, rank_of(rp.model, rp.spec, lin))
     xa = dropout(rp, t.cast(x, FP32_BYTES), rp.spec.lora_dropout, "lora/dropout")
+    if rp.spec.use_dora:
+        dora_weight_norm(rp, lin, r, live=(x, xa, base))
     a_out = t.linear(xa, t.weight((r, lin.in_features), FP32_BYTES, True), r, "lora/A")
     b_out = t.linear(a_out, t.weight((lin.out_features, r), FP32_BYTES, True), lin.out_features, "lora/B")
+    if rp.spec.use_dora:
+        b_out = _dora_output(rp, xa, lin, base, b_out)
     return t.cast(t.add(base, b_out), base.itemsize)
+
+
+def dora_weight_norm(rp: Replay, lin: Linear, r: int, live: tuple[SymTensor, ...] = ()) -> None:
+    """The temporaries of PEFT 0.21.2 ``DoraLinearLayer.forward`` before its output (``peft/tuners/lora/dora.py``),
+    in every training forward (the cache is off in training): a transient on the tape, nothing saved.
+
+    ``get_lora_weight`` runs ``lora_B(lora_A(eye(in)))`` with ``eye`` in the adapter dtype (fp32, in x in), on the
+    autograd graph (the adapters require grad): that graph keeps eye (its bf16 copy under autocast) and lora_A's
+    output (in x r) until the module's forward returns, though only the detached product is used. The product
+    (in x out, fp32: under autocast lora_B's bf16 output is cast to x's dtype, fp32) then enters
+    ``get_weight_norm``: ``W + scaling * lora_weight`` (two out x in fp32 tensors at the add) and its row norm.
+    A base weight in another dtype than fp32 (bf16 precision, a dequantised QLoRA weight) is first copied to fp32
+    (``weight.to(x.dtype)``).
+    Alive beside them: ``live`` (the layer's input, its fp32 cast and the base output) where not saved already.
+
+    Worked, fp32, in = out = 4096, r = 16: eye 64 MiB + 0.25 MiB + product 64 MiB + 2 x 64 MiB = 256.25 MiB, plus the
+    inputs.
+    """
+    t, i, o = rp.tape, lin.in_features, lin.out_features
+    ac = t.compute_itemsize if t.autocast else FP32_BYTES  # lora_A / lora_B outputs (autocast: bf16)
+    # eye (its bf16 copy), lora_A's output; under autocast the bf16 copies of lora_A and lora_B (autocast's cache)
+    graph = i * i * ac + i * r * ac + ((o + i) * r * ac if t.autocast else 0)
+    product = i * o * FP32_BYTES
+    # under autocast the fp32 eye is alive beside its bf16 copy until lora_B's bf16 output is made
+    making = (i * i * FP32_BYTES + i * o * ac) if t.autocast else 0
+    # QLoRA: dequantize_module_weight makes a new W (bitsandbytes' dequantize_4bit), then the fp32 copy (CUDA
+    # assumption from the source: no QLoRA step runs on this CPU to measure it)
+    w_copy = o * i * FP32_BYTES if rp.spec.method == "qlora" or rp.spec.weight_bytes != FP32_BYTES else 0
+    inputs = sum({v.storage: v.storage_bytes for v in live if v.storage not in t.saved}.values())
+    t.transient(inputs + max(graph + making, graph + product + w_copy + 2 * o * i * FP32_BYTES))
+
+
+def _dora_output(rp: Replay, xa: SymTensor, lin: Linear, base: SymTensor, lora: SymTensor) -> SymTensor:
+    """PEFT 0.21.2 ``DoraLinearLayer.forward``'s output, on lora = ``lora_B(lora_A(x))``::
+
+        mag_norm_scale = (magnitude / weight_norm.detach()).view(1, -1)      saves weight_norm (out, fp32)
+        (mag_norm_scale - 1) * base_result + mag_norm_scale * lora * scaling  saves base_result and lora (b*s*out
+                                                                             each) and the (1, out) factors
+    base_result is the base layer's output (less its bias, a new tensor) when dropout is the identity, else
+    ``F.linear(dropout(x), W.to(x.dtype))`` computed again on the dropped fp32 x. Type promotion makes both
+    products fp32 under autocast."""
+    t, o = rp.tape, lin.out_features
+    magnitude = t.param((o,), FP32_BYTES, True)
+    scale = t.mul(magnitude, t.new((o,), FP32_BYTES, False), "dora/norm")  # magnitude / weight_norm
+    if rp.spec.lora_dropout > 0.0:
+        if t.autocast or rp.spec.weight_bytes == FP32_BYTES:
+            w = t.weight((o, lin.in_features), FP32_BYTES, False)
+        else:
+            w = t.new((o, lin.in_features), FP32_BYTES, False)  # weight.to(fp32): a copy the linear saves
+        base = t.linear(xa, w, o, "dora/base")
+    elif lin.bias:
+        base = t.new(base.shape, base.itemsize, base.requires_grad)  # base_result - bias
+    minus_one = t.op((scale,), t.new(scale.shape, FP32_BYTES, True))
+    scaled_base = t.mul(minus_one, base, "dora/base")
+    scaled_lora = t.mul(scale, lora, "dora/lora")
+    scaled_lora = t.op((scaled_lora,), t.new(scaled_lora.shape, scaled_lora.itemsize, True))  # * scaling
+    return t.add(scaled_base, scaled_lora)
 
 
 # ---- dropout, norms, activations ---------------------------------------------------------------

@@ -77,6 +77,7 @@ class Mark:
     n_saved: int
     n_events: int
     saved_total: int
+    n_forward: int = 0
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Tape:
     # storages an autograd Function keeps as a ctx attribute, not via save_for_backward: checkpointing cannot drop
     # them (bitsandbytes' LLM.int8 matmuls keep x as ``ctx.A``)
     held: dict[int, int] = field(default_factory=dict)
+    forward: list[BackwardEvent] = field(default_factory=list)  # forward transients (:meth:`transient`)
     _params: set[int] = field(default_factory=set, init=False, repr=False)
     _next: int = field(default=0, init=False, repr=False)
 
@@ -139,8 +141,19 @@ class Tape:
         """Record a backward moment the op rules above do not make (a fused kernel's weight gradient)."""
         self.events.append(BackwardEvent(self.saved_total if saved_before is None else saved_before, grad_bytes))
 
+    def transient(self, nbytes: int) -> None:
+        """Record a forward moment: ``nbytes`` of temporaries alive on top of everything saved so far (DoRA's
+        weight norm, :func:`memfit.estimate.activations.ops.dora`); ``grad_bytes`` holds the temporaries."""
+        self.forward.append(BackwardEvent(self.saved_total, nbytes))
+
+    def forward_peak(self, mark: Mark) -> tuple[int, int]:
+        """The widest forward transient recorded since ``mark`` (every one since it, as forward events are few):
+        (bytes saved since ``mark`` at that moment, the temporaries); (0, 0) when none was recorded."""
+        events = [(e.saved_before - mark.saved_total, e.grad_bytes) for e in self.forward[mark.n_forward:]]
+        return max(events, key=sum, default=(0, 0))
+
     def mark(self) -> Mark:
-        return Mark(len(self.saved), len(self.events), self.saved_total)
+        return Mark(len(self.saved), len(self.events), self.saved_total, len(self.forward))
 
     def saved_since(self, mark: Mark) -> dict[int, Saved]:
         """The storages saved after ``mark``, in the order saved."""
