@@ -57,7 +57,7 @@ require_extra("transformers", "torch")
 
 import torch  # noqa: E402
 
-from memfit.runtime.offload import apply_offload  # noqa: E402
+from memfit.runtime.segments import apply_checkpointing  # noqa: E402
 
 ATTN_IMPLEMENTATION = {"eager": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
 
@@ -201,37 +201,6 @@ def _apply_trl_head(model: torch.nn.Module) -> None:
     get_base = getattr(model, "get_base_model", None)
     add_fused_lm_head(get_base() if callable(get_base) else model, outputs=("log_probs", "entropy", "is_top1"))
     model.forward = functools.partial(model.forward, fused_lm_head=True)  # type: ignore[method-assign]
-
-
-def apply_checkpointing(model: torch.nn.Module, spec: RunSpec) -> None:
-    """Activation checkpointing as ``spec.checkpointing`` asks, the way transformers applies it: non-reentrant
-    (``use_reentrant=False``), ``full`` on every decoder layer, ``every-k`` on one layer in
-    ``spec.checkpoint_every``, ``offload`` keeping the checkpoints in host memory; ``sqrt``: segments of
-    :func:`~memfit.estimate.activations.checkpoint_segment` layers (the estimate's ceil(sqrt(L))), one
-    checkpoint each (:mod:`memfit.runtime.segments`)."""
-    if spec.checkpointing == "none":
-        return
-    if spec.checkpointing == "sqrt":
-        from memfit.estimate.activations import checkpoint_segment
-        from memfit.runtime.segments import decoder_layers, enable_segment_checkpointing
-
-        enable_segment_checkpointing(model, checkpoint_segment(spec, len(decoder_layers(model))))
-        return
-    every = spec.checkpoint_every if spec.checkpointing == "every-k" else 1
-    kwargs = {"use_reentrant": False}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=every)
-        elif every == 1:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        else:
-            raise MemfitError("--checkpointing every-k needs transformers with activation_checkpointing_enable; "
-                              "use --checkpointing full")
-    if spec.offload:
-        # transformers' offload=True wraps each checkpoint in save_on_cpu(pin_memory=True), which raises on a
-        # CPU-only torch; memfit's equivalent also books the host copies apart (memfit.runtime.offload)
-        apply_offload(model, kwargs)
 
 
 def check_causal_lm(config: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ layer is the previous layer's output) cannot be segmented this way: a MemfitErro
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ import torch
 from torch.utils import checkpoint as torch_checkpoint
 
 from memfit.errors import MemfitError
+from memfit.estimate.spec import RunSpec
 
 
 class _Previous:
@@ -185,3 +187,35 @@ def enable_segment_checkpointing(model: torch.nn.Module, size: int) -> SegmentCh
     segs = SegmentCheckpointing(layers, size)
     model._memfit_segments = segs  # type: ignore[assignment]
     return segs
+
+
+def apply_checkpointing(model: torch.nn.Module, spec: RunSpec) -> None:
+    """Activation checkpointing as ``spec.checkpointing`` asks, the way transformers applies it: non-reentrant
+    (``use_reentrant=False``), ``full`` on every decoder layer, ``every-k`` on one layer in
+    ``spec.checkpoint_every``, ``offload`` keeping the checkpoints in host memory; ``sqrt``: segments of
+    :func:`~memfit.estimate.activations.checkpoint_segment` layers (the estimate's ceil(sqrt(L))), one
+    checkpoint each (:mod:`memfit.runtime.segments`)."""
+    if spec.checkpointing == "none":
+        return
+    if spec.checkpointing == "sqrt":
+        from memfit.estimate.activations import checkpoint_segment
+
+        enable_segment_checkpointing(model, checkpoint_segment(spec, len(decoder_layers(model))))
+        return
+    every = spec.checkpoint_every if spec.checkpointing == "every-k" else 1
+    kwargs = {"use_reentrant": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=every)
+        elif every == 1:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        else:
+            raise MemfitError("--checkpointing every-k needs transformers with activation_checkpointing_enable; "
+                              "use --checkpointing full")
+    if spec.offload:
+        # transformers' offload=True wraps each checkpoint in save_on_cpu(pin_memory=True), which raises on a
+        # CPU-only torch; memfit's equivalent also books the host copies apart (memfit.runtime.offload)
+        from memfit.runtime.offload import apply_offload
+
+        apply_offload(model, kwargs)
