@@ -5,6 +5,7 @@ estimate's saved tensors and weight-norm transient worked by hand, and what PEFT
 from __future__ import annotations
 
 import pytest
+from peft_on_meta import peft_targets, peft_trainable, two_layers
 
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, estimate_memory, lookup, lora_trainable_params
@@ -32,21 +33,8 @@ def test_llama2_7b_trainable_params_worked() -> None:
 
 @pytest.mark.parametrize("name,targets", CASES, ids=[f"{n}-{'+'.join(t) or 'default'}" for n, t in CASES])
 def test_dora_trainable_params_equal_peft(name: str, targets: tuple[str, ...]) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
-    entry = lookup(name)
-    config = {**entry.config, entry.shape.arch.keys.layers[0]: 2}
-    cfg = dict(config)
-    model_type = cfg.pop("model_type")
-    for k in ("torch_dtype", "dtype"):
-        cfg.pop(k, None)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **cfg),
-                                                              attn_implementation="eager")
-    tm = None if not targets else ("all-linear" if targets == ("all-linear",) else list(targets))
-    pm = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=tm, use_dora=True, task_type="CAUSAL_LM"))
-    expected = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    config = two_layers(name)
+    expected = peft_trainable(config, r=8, target_modules=peft_targets(targets), use_dora=True)
     spec = RunSpec(method="lora", rank=8, targets=targets, use_dora=True)
     assert lora_trainable_params(ModelShape.from_hf_config(config), spec) == expected
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from peft_on_meta import peft_trainable, two_layers
 
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, lookup, lora_trainable_params
@@ -19,10 +20,6 @@ CASES = [
 ]
 
 
-def _two_layers(name: str) -> dict:
-    entry = lookup(name)
-    return {**entry.config, entry.shape.arch.keys.layers[0]: 2}
-
 
 def test_llama2_7b_worked() -> None:
     """r 16, targets q_proj, k_proj, v_proj less k_proj: 16 * (4096 + 4096) * 2 * 32 = 8,388,608 (q and v)."""
@@ -32,28 +29,16 @@ def test_llama2_7b_worked() -> None:
 
 @pytest.mark.parametrize("name,targets,exclude", CASES, ids=[f"{c[0]}-{'+'.join(c[2])}" for c in CASES])
 def test_trainable_params_equal_peft(name: str, targets: tuple[str, ...], exclude: tuple[str, ...]) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
-    config = _two_layers(name)
-    cfg = dict(config)
-    model_type = cfg.pop("model_type")
-    for k in ("torch_dtype", "dtype"):
-        cfg.pop(k, None)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **cfg),
-                                                              attn_implementation="eager")
+    config = two_layers(name)
     tm = "all-linear" if targets == ("all-linear",) else list(targets)
-    pm = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=tm, exclude_modules=list(exclude),
-                                                    task_type="CAUSAL_LM"))
-    expected = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    expected = peft_trainable(config, r=8, target_modules=tm, exclude_modules=list(exclude))
     spec = RunSpec(method="lora", rank=8, targets=targets, exclude_modules=exclude)
     assert lora_trainable_params(ModelShape.from_hf_config(config), spec) == expected
     assert expected < lora_trainable_params(ModelShape.from_hf_config(config), spec.with_(exclude_modules=()))
 
 
 def test_refused() -> None:
-    shape = ModelShape.from_hf_config(_two_layers("llama-3.2-1b"))
+    shape = ModelShape.from_hf_config(two_layers("llama-3.2-1b"))
     spec = RunSpec(method="lora", targets=("all-linear",))
     with pytest.raises(MemfitError, match="some\\s+layers only"):
         lora_trainable_params(shape, spec.with_(exclude_modules=("model.layers.0.mlp.down_proj",)))

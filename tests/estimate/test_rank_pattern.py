@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from peft_on_meta import peft_targets, peft_trainable, two_layers
 
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, lookup, lora_trainable_params
@@ -20,10 +21,6 @@ CASES = [
 ]
 
 
-def _two_layers(name: str) -> dict:
-    entry = lookup(name)
-    return {**entry.config, entry.shape.arch.keys.layers[0]: 2}
-
 
 def test_llama2_7b_worked() -> None:
     """r 16 on q_proj, v_proj with q_proj at 64: 64 * 8192 * 32 + 16 * 8192 * 32 = 16,777,216 + 4,194,304."""
@@ -33,28 +30,15 @@ def test_llama2_7b_worked() -> None:
 
 @pytest.mark.parametrize("name,targets,pattern", CASES, ids=[f"{c[0]}-{'+'.join(c[2])}" for c in CASES])
 def test_trainable_params_equal_peft(name: str, targets: tuple[str, ...], pattern: dict[str, int]) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
-    config = _two_layers(name)
-    cfg = dict(config)
-    model_type = cfg.pop("model_type")
-    for k in ("torch_dtype", "dtype"):
-        cfg.pop(k, None)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **cfg),
-                                                              attn_implementation="eager")
-    tm = None if not targets else ("all-linear" if targets == ("all-linear",) else list(targets))
-    pm = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=tm, rank_pattern=dict(pattern),
-                                                    task_type="CAUSAL_LM"))
-    expected = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    config = two_layers(name)
+    expected = peft_trainable(config, r=8, target_modules=peft_targets(targets), rank_pattern=dict(pattern))
     spec = RunSpec(method="lora", rank=8, targets=targets, rank_pattern=tuple(pattern.items()))
     assert lora_trainable_params(ModelShape.from_hf_config(config), spec) == expected
     assert expected != lora_trainable_params(ModelShape.from_hf_config(config), spec.with_(rank_pattern=()))
 
 
 def test_refused() -> None:
-    shape = ModelShape.from_hf_config(_two_layers("llama-3.2-1b"))
+    shape = ModelShape.from_hf_config(two_layers("llama-3.2-1b"))
     with pytest.raises(MemfitError, match="different layers"):
         lora_trainable_params(shape, RunSpec(method="lora", rank_pattern=(("layers.0.self_attn.q_proj", 4),)))
     with pytest.raises(MemfitError, match="NAME=RANK"):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from peft_on_meta import peft_trainable, two_layers
 
 from memfit.errors import MemfitError
 from memfit.estimate import ModelShape, RunSpec, lookup, lora_trainable_params
@@ -19,10 +20,6 @@ CASES = [
 ]
 
 
-def _two_layers(name: str) -> dict:
-    entry = lookup(name)
-    return {**entry.config, entry.shape.arch.keys.layers[0]: 2}
-
 
 def test_llama2_7b_worked() -> None:
     """r 16 on ``.*\\.(q|v)_proj``: the same modules as q_proj, v_proj: 8,388,608."""
@@ -32,25 +29,14 @@ def test_llama2_7b_worked() -> None:
 
 @pytest.mark.parametrize("name,pattern", CASES, ids=[c[0] + "-" + c[1] for c in CASES])
 def test_trainable_params_equal_peft(name: str, pattern: str) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
-    config = _two_layers(name)
-    cfg = dict(config)
-    model_type = cfg.pop("model_type")
-    for k in ("torch_dtype", "dtype"):
-        cfg.pop(k, None)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **cfg),
-                                                              attn_implementation="eager")
-    pm = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=pattern, task_type="CAUSAL_LM"))
-    expected = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    config = two_layers(name)
+    expected = peft_trainable(config, r=8, target_modules=pattern)
     spec = RunSpec(method="lora", rank=8, targets_regex=pattern)
     assert lora_trainable_params(ModelShape.from_hf_config(config), spec) == expected
 
 
 def test_refused() -> None:
-    shape = ModelShape.from_hf_config(_two_layers("llama-3.2-1b"))
+    shape = ModelShape.from_hf_config(two_layers("llama-3.2-1b"))
     with pytest.raises(MemfitError, match="some layers only"):
         lora_trainable_params(shape, RunSpec(method="lora", targets_regex=r"model\.layers\.0\..*_proj"))
     with pytest.raises(MemfitError, match="lm_head"):
