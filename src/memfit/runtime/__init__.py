@@ -13,12 +13,7 @@
 
 from __future__ import annotations
 
-import logging
-
 from memfit.errors import require_extra
-
-# before anything imports bitsandbytes (transformers may): see memfit.runtime.quantise.quiet_bitsandbytes
-logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 require_extra("torch", "torch")
 require_extra("transformers", "torch")

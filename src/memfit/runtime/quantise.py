@@ -30,7 +30,6 @@ whose count depends on the values: not modelled).
 
 from __future__ import annotations
 
-import logging
 import warnings
 from typing import Any
 
@@ -62,19 +61,11 @@ def require_bitsandbytes(spec: RunSpec) -> None:
                           "pip install 'memfit[torch]' (bitsandbytes >= 0.50 runs on the CPU too)")
 
 
-def quiet_bitsandbytes() -> None:
-    """bitsandbytes 0.50 logs a warning on import on CPUs with AVX512-BF16 when the optional ``kernels`` package
-    (which would fetch a kernel from the Hub) is missing, and falls back to its own CPU kernel: the run is the
-    same, so keep that one logger quiet rather than print a fix the user does not need."""
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-
-
 def quantise_model(model: torch.nn.Module, spec: RunSpec) -> torch.nn.Module:
     """Quantise ``model``'s linears in place as transformers' bnb quantizer does on load, then
     ``prepare_model_for_kbit_training`` (PEFT 0.21.2) without its checkpointing (the builder applies
     ``spec.checkpointing`` itself, the way the quantizer's caller would with ``use_reentrant=False``)."""
     require_bitsandbytes(spec)
-    quiet_bitsandbytes()
     import bitsandbytes as bnb  # type: ignore[import-not-found]
     from peft import prepare_model_for_kbit_training
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
@@ -121,7 +112,6 @@ def _cpu_dynamic_map() -> None:
     """bitsandbytes caches the double-quantisation code table in ``functional.name2qmap`` on the device of the
     first call (``quantize_blockwise``): made on the meta device it would break every later real quantisation
     (``code.to(A.device)`` cannot copy out of meta). Keep the CPU table there; meta calls copy it to meta."""
-    quiet_bitsandbytes()
     import bitsandbytes.functional as bnb_f  # type: ignore[import-not-found]
 
     cached = bnb_f.name2qmap.get("dynamic")

@@ -84,9 +84,6 @@ def make_optimizer(model: torch.nn.Module, spec: RunSpec, *, paged: bool = True)
     if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"):
         if importlib.util.find_spec("bitsandbytes") is None:
             raise MemfitError(f"--optimizer {spec.optimizer} needs bitsandbytes: pip install 'memfit[torch]'")
-        from memfit.runtime.quantise import quiet_bitsandbytes
-
-        quiet_bitsandbytes()
         import bitsandbytes as bnb  # type: ignore[import-not-found]
 
         if spec.optimizer == "adamw-8bit":
