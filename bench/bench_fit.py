@@ -46,6 +46,11 @@ SCENARIOS = [
     ("Moonlight-16B-A3B LoRA r16 attention, b4 s4096, A100-80GB", "moonlight-16b-a3b",
      RunSpec(method="lora", rank=16, targets=("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"), batch=4,
              seq=4096), "A100-80GB"),
+    ("OLMo-2-7B LoRA r16 all-linear, b4 s4096, 24GiB", "olmo-2-7b",
+     RunSpec(method="lora", rank=16, targets=("all-linear",), batch=4, seq=4096), "24GiB"),
+    ("phi-2 full bf16 AdamW, b8 s2048, 24GiB", "phi-2", RunSpec(method="full", batch=8, seq=2048), "24GiB"),
+    ("Granite-3.3-8B LoRA r16 q,v, b8 s2048, A100-40GB", "granite-3.3-8b",
+     RunSpec(method="lora", rank=16, targets=("q_proj", "v_proj"), batch=8, seq=2048), "A100-40GB"),
 ]
 
 
