@@ -198,10 +198,8 @@ def replicated_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     if spec.device == "cpu" and moment.label.endswith("embeddings"):  # gloo all-reduces a copy of the bucket
         # after the embedding's backward has finished (its hook fires on the summed gradient): the copy and
         # the moment's own transient (a tied embedding's two gradient terms) are not alive together
-        bucket = max(st.largest_tensor, min(spec.bucket_mb * 2**20, st.gradients))
-        temps = parts.get(Category.TEMPORARIES, 0)
-        parts[Category.TEMPORARIES] = max(temps, st.grads_embed + min(bucket, st.gradients)) if temps else \
-            min(bucket, st.gradients)
+        copy = min(max(st.largest_tensor, min(spec.bucket_mb * 2**20, st.gradients)), st.gradients)
+        parts[Category.TEMPORARIES] = max(parts.get(Category.TEMPORARIES, 0), copy)
     if spec.sharding == "zero1" and st.trainable_params:
         opt = parts.get(Category.OPTIMIZER, 0)
         per_param = opt / st.trainable_params
