@@ -31,6 +31,7 @@ from torch.utils import checkpoint as torch_checkpoint
 
 from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
+from memfit.runtime.offload import apply_offload
 
 
 class _Previous:
@@ -216,6 +217,4 @@ def apply_checkpointing(model: torch.nn.Module, spec: RunSpec) -> None:
     if spec.offload:
         # transformers' offload=True wraps each checkpoint in save_on_cpu(pin_memory=True), which raises on a
         # CPU-only torch; memfit's equivalent also books the host copies apart (memfit.runtime.offload)
-        from memfit.runtime.offload import apply_offload
-
         apply_offload(model, kwargs)
