@@ -123,3 +123,30 @@ def test_expert_groups_that_transformers_cannot_route_are_refused(groups: dict[s
     groups (topk(3) of 2) fail in the forward."""
     with pytest.raises(MemfitError, match="n_group .* topk_group .* do not fit 4 experts"):
         ModelShape.from_hf_config(tiny("deepseek_v3", **{**DEEPSEEK, **groups}))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_weight_bytes_keep_the_router_fp32_as_transformers_does(precision: str) -> None:
+    """transformers 5.24.0 builds DeepseekV3TopkRouter's weight with ``dtype=torch.float32``, and a bf16 model keeps
+    it fp32 (``_keep_in_fp32_modules_strict``): the frozen weights of a LoRA run are the meta model's
+    sum(numel x element_size) under ``from_config(dtype=...)``, byte for byte; a full bf16 fine-tune's gradients
+    and AdamW moments are fp32 for the router too (+2 B each per router element over the bf16 rest)."""
+    torch = pytest.importorskip("torch")
+    config = tiny("deepseek_v3", **DEEPSEEK)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
+    with torch.device("meta"):
+        import transformers
+        from test_architectures import _hf_config
+        model = transformers.AutoModelForCausalLM.from_config(_hf_config(config), attn_implementation="eager",
+                                                              dtype=dtype)
+    hf_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    router = sum(p.numel() for n, p in model.named_parameters() if n.endswith("mlp.gate.weight"))
+    assert router and {p.dtype for n, p in model.named_parameters() if n.endswith("mlp.gate.weight")} == {torch.float32}
+    from memfit.estimate.states import model_states
+
+    shape = ModelShape.from_hf_config(config)
+    lora = model_states(shape, RunSpec(method="lora", targets=("kv_b_proj",), precision=precision, device="cpu"))
+    assert lora.weights_frozen == hf_bytes
+    full = model_states(shape, RunSpec(method="full", precision=precision, device="cpu"))
+    assert full.weights_trainable == hf_bytes and full.gradients == hf_bytes
+    assert full.optimizer == 2 * hf_bytes + 4 * sum(1 for _ in model.parameters())  # moments + cpu step counters

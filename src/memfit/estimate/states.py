@@ -176,6 +176,23 @@ def adafactor_step_bytes(numel: int, bpe: int, factored: int) -> int:
     return upcast + 2 * FP32_BYTES * numel + FP32_BYTES * factored
 
 
+def _router_fp32(shape: ModelShape, lin: Linear) -> bool:
+    """Whether ``lin`` is a router weight the model keeps in fp32 whatever its dtype (``MoeLayout.router_weight_fp32``:
+    DeepSeek-V3's ``gate.weight``)."""
+    moe = shape.layout.moe
+    return lin.role == "router" and moe is not None and moe.router_weight_fp32
+
+
+def fp32_router_extra(shape: ModelShape, w: int) -> int:
+    """Bytes the fp32-kept router weights add over ``w`` bytes per element, over all layers: 0 unless
+    ``w`` < 4. Worked for Moonlight-16B-A3B in bf16 (26 MoE layers of a 64 x 2,048 router):
+    26 x 131,072 x (4 - 2) = 6,815,744 B."""
+    if w >= FP32_BYTES:
+        return 0
+    return sum(lin.weight_numel * n * (FP32_BYTES - w) for sub, n in shape.layer_groups()
+               for lin in block_linears(sub) if _router_fp32(sub, lin))
+
+
 def _linear_tensors(lin: Linear, w: int) -> list[tuple[int, int, int]]:
     """A block linear's weight (out, in) or fused experts (E, out, in), and its bias."""
     out = [(lin.weight_numel, w, lin.experts * (lin.in_features + lin.out_features))]
@@ -190,7 +207,7 @@ def _block_tensors(shape: ModelShape, spec: RunSpec) -> list[tuple[int, int, int
     w, out = spec.weight_bytes, []
     if spec.method == "full":
         for lin in block_linears(shape):
-            out += _linear_tensors(lin, w)
+            out += _linear_tensors(lin, FP32_BYTES if _router_fp32(shape, lin) else w)
         for norm in shape.norms():
             out += [(norm.size, w, 0)] * (2 if norm.bias else 1)
         return out + [(param.size, w, 0) for param in shape.block_params()]
@@ -208,6 +225,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     """Weights, gradients and optimizer states of the run; see the module docstring."""
     pc = _count(shape)
     w = spec.weight_bytes
+    fp32_routers = fp32_router_extra(shape, w)
     adapted_linears(shape, spec)  # the targets' check, against every layer kind
     # each block kind's trainable tensors and its number of layers; the last layer's kind is the typical block
     groups = [(_block_tensors(sub, spec), n) for sub, n in shape.layer_groups()]
@@ -235,7 +253,8 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit") and any(n >= ADAM8_MIN_SIZE for n, _, _ in tensors):
             opt += ADAM8_QMAP_BYTES
         return ModelStates(
-            weights_frozen=0, weights_trainable=trainable * w, gradients=trainable * w,
+            weights_frozen=0, weights_trainable=trainable * w + fp32_routers,
+            gradients=trainable * w + fp32_routers,
             optimizer=0 if spec.is_paged else opt, paged_optimizer=opt if spec.is_paged else 0,
             trainable_params=trainable, frozen_params=0,
             largest_tensor=max(n * b for n, b, _ in tensors),
@@ -268,7 +287,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
                             for lins, n in lin_groups for lin in lins)
         frozen = quantised + (pc.total - lin_numel) * FP32_BYTES
     else:
-        frozen = pc.total * w
+        frozen = pc.total * w + fp32_routers
     opt = blocks_optimizer + optimizer_bytes(rest, spec)
     if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit") and any(n >= ADAM8_MIN_SIZE for n, _, _ in tensors):
         opt += ADAM8_QMAP_BYTES

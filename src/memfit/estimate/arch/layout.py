@@ -69,7 +69,11 @@ class MoeLayout:
     scores (its index saved), their renormalisation with ``norm_topk_prob`` and the scaling by
     ``routed_scaling_factor`` (a Python float: saves nothing)); ``shared_experts``: a gated MLP of
     ``moe_intermediate_size * n_shared_experts`` (``ModelShape.shared_intermediate``) on the block's MLP input,
-    added to the routed experts' output.
+    added to the routed experts' output. ``router_weight_fp32``: the router weight is created fp32 and stays fp32
+    in a bf16/fp16 model (``DeepseekV3TopkRouter`` builds it with ``dtype=torch.float32``, and the model lists
+    ``gate.weight`` in ``_keep_in_fp32_modules_strict``, which ``from_pretrained`` honours for bf16 and fp16):
+    4 B per element whatever ``--precision``, in the weights, and for a full fine-tune in its gradient and AdamW
+    moments too.
     """
 
     router: RouterKind = "softmax_topk_renorm"
@@ -78,6 +82,7 @@ class MoeLayout:
     bias: bool = False
     gate: ExpertGate = "swiglu"
     shared_experts: bool = False
+    router_weight_fp32: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

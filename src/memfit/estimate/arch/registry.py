@@ -364,7 +364,7 @@ GPT_OSS = Architecture(
 DEEPSEEK_V3 = Architecture(
     model_type="deepseek_v3", source=_SOURCE.format("deepseek_v3"),
     layout=BlockLayout(latent_attention=True, moe=MoeLayout(router="sigmoid_group_topk", weights_in_logits_dtype=True,
-                                                             shared_experts=True)),
+                                                             shared_experts=True, router_weight_fp32=True)),
     keys=ConfigKeys(kv_heads=(), kv_heads_equal="num_key_value_heads", kv_heads_default=128,
                     positions=Size("positions", ("max_position_embeddings",), 4096),
                     intermediate=Size("intermediate size", ("moe_intermediate_size",), 2048),
