@@ -32,6 +32,27 @@ ADAM = {"adam", "adamw", "fusedadam", "cpuadam", "deepspeedcpuadam", "fused_adam
 BUFFERS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "prefetch_bucket_size",
            "stage3_max_live_parameters", "max_live_parameters", "sub_group_size")
 TRAINER_KINDS = ("trl", "hf-trainer", "llamafactory", "axolotl")
+REDUCE_BUCKET_DEFAULT = 500_000_000  # DeepSpeedZeroConfig.reduce_bucket_size (elements), DeepSpeed 0.19.8
+
+
+def _reduce_bucket(r: Reader, zero: Mapping[str, Any], stage: int) -> None:
+    """ZeRO-1/2's gradient bucket: at the start of every backward ``DeepSpeedZeroOptimizer.setup_buckets`` allocates
+    ``reduce_bucket_size`` elements of the gradient dtype, twice with ``overlap_comm`` (on by default only at stage
+    3), whatever the model's size (``runtime/zero/stage_1_and_2.py``). Measured on CPU (RESULTS ``## deepspeed on
+    CPU``): 2,000,000,000 B of each rank's ~2.9 GB at the default; the HF Trainer's ``"auto"`` fills hidden_size^2.
+    memfit models torch's ZeRO (no such bucket), so the import names the bytes."""
+    n = zero.get("reduce_bucket_size", REDUCE_BUCKET_DEFAULT)
+    if n == "auto" or not isinstance(n, (int, float)) or isinstance(n, bool):
+        return
+    overlap = zero.get("overlap_comm")
+    copies = 2 if overlap is True or (overlap is None and stage == 3) else 1
+    gib = int(n) * copies * 4 / 2**30
+    r.row("zero_optimization.reduce_bucket_size", "NOT MODELLED", value=int(n),
+          default="reduce_bucket_size" not in zero,
+          note=f"DeepSpeed's gradient bucket: {copies} x {int(n):,} elements at every backward, {gib:.2f} GiB "
+               f"(1024^3 B) at 4 B per element (2 B where DeepSpeed reduces in bf16/fp16) on top of memfit's "
+               f"figure, which models torch's ZeRO; "
+               f"\"auto\" under the Trainer (hidden_size^2) or a smaller value removes it")
 
 
 def read_deepspeed(doc: Document, *, prefix: KeyPath = (), data: Mapping[str, Any] | None = None,
@@ -58,8 +79,10 @@ def read_deepspeed(doc: Document, *, prefix: KeyPath = (), data: Mapping[str, An
             r.also(setting, device)
             r.row(f"zero_optimization.{key}", "setting", setting=setting, memfit_value=device,
                    value=zero.get(key))
+    if stage in (1, 2):
+        _reduce_bucket(r, zero, stage)
     for key in BUFFERS:
-        if key in zero and zero[key] != "auto":
+        if key in zero and zero[key] != "auto" and not (key == "reduce_bucket_size" and stage in (1, 2)):
             r.row(f"zero_optimization.{key}", "NOT MODELLED", value=zero[key],
                    note="communication / prefetch buffers: memfit does not model them")
     for key in ("zero_quantized_weights", "zero_quantized_gradients", "zero_hpz_partition_size"):
