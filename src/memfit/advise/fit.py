@@ -22,9 +22,9 @@ from memfit.advise.result import CheapestFit, FitReport, RankReduction
 from memfit.advise.search import cheapest_fit
 from memfit.advise.setup import Setup
 from memfit.estimate import MemoryEstimate, ModelShape, RunSpec, estimate_memory
+from memfit.estimate.adapter import lora_trainable_params
 from memfit.estimate.allocator import AllocatorAdvice
 from memfit.estimate.fits import Target, smallest_gpu
-from memfit.estimate.lora import lora_trainable_params
 from memfit.estimate.synth_allocations import estimate_allocator
 
 

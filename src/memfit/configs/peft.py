@@ -10,10 +10,9 @@ from __future__ import annotations
 from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
-from memfit.estimate.spec import parse_rank_pattern
+from memfit.estimate.spec import parse_layers, parse_rank_pattern
 
 NOT_MODELLED = {
-    "layers_to_transform": "LoRA on some layers only",
     "trainable_token_indices": "trainable token rows",
     "target_parameters": "LoRA on parameters (MoE expert weights)",
     "lora_bias": "a trained bias on lora_B",
@@ -63,6 +62,17 @@ def read_peft(doc: Document) -> FileReading:
         r.set("exclude_modules", names(exclude), "exclude_modules")
     else:
         r.ignore("exclude_modules", "none")
+    layers = r.get("layers_to_transform", None)
+    if layers is not None and layers != []:
+        r.set("layers_to_transform", parse_layers(layers), "layers_to_transform")
+        pattern = r.get("layers_pattern", None)
+        if pattern:
+            r.set("layers_pattern", names(pattern if isinstance(pattern, list) else [pattern]), "layers_pattern")
+        else:
+            r.ignore("layers_pattern", "none: the first numbered name (PEFT)")
+    else:
+        r.ignore("layers_to_transform", "none: every layer")
+        r.ignore("layers_pattern", "used only with layers_to_transform")
     for name, why in NOT_MODELLED.items():
         r.not_modelled(name, why)
     r.ignore("alpha_pattern", "alphas: no memory effect")

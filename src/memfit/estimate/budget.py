@@ -190,7 +190,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     resid_grad = T * shape.hidden * (4 if spec.is_quantised else spec.weight_bytes)
     G = st.gradients
     g_head = st.grads_head + st.grads_other
-    g_layers = st.grads_per_layer * n
+    # --layers-to-transform: the adapted layers' gradients only (else the typical block's times L, as before)
+    g_layers = st.grads_blocks if spec.layers_to_transform else st.grads_per_layer * n
     acts_fwd = blocks + other_saved + act.head
     upcast = act.logits_bytes + (Vf if act.logits_bytes != Vf else 0)  # logits + their fp32 copy
     out = [

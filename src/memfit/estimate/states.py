@@ -64,6 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from memfit.estimate.adapter import adapted_layers, adapter_layer_groups
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import CUDA_BLOCK_BYTES, FP32_BYTES
 from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, rank_of, saved_modules
@@ -103,6 +104,12 @@ class ModelStates:
     @property
     def total(self) -> int:
         return self.weights_frozen + self.weights_trainable + self.gradients + self.optimizer
+
+    @property
+    def grads_blocks(self) -> int:
+        """Gradient bytes of every decoder block's trainable tensors (the gradients outside the head, the
+        embeddings and the final norm)."""
+        return self.gradients - self.grads_head - self.grads_embed - self.grads_other
 
     def to_dict(self) -> dict[str, int]:
         return {"weights_frozen": self.weights_frozen, "weights_trainable": self.weights_trainable,
@@ -210,8 +217,12 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     w = spec.weight_bytes
     adapted_linears(shape, spec)  # the targets' check, against every layer kind
     # each block kind's trainable tensors and its number of layers; the last layer's kind is the typical block
-    groups = [(_block_tensors(sub, spec), n) for sub, n in shape.layer_groups()]
-    per_layer_tensors = _block_tensors(shape.layer_shape(shape.n_layers - 1), spec)
+    # (--layers-to-transform: the adapted layers only, and the last layer may have no adapter)
+    trained = adapter_layer_groups(shape, spec) if spec.is_adapter else shape.layer_groups()
+    groups = [(_block_tensors(sub, spec), n) for sub, n in trained]
+    last = shape.n_layers - 1
+    per_layer_tensors = _block_tensors(shape.layer_shape(last), spec) if adapted_layers(shape, spec)[last] or \
+        spec.method == "full" else []
     all_blocks = [t for tensors, _ in groups for t in tensors]
     blocks_optimizer = sum(optimizer_bytes(tensors, spec) * n for tensors, n in groups)
     blocks_tensors = sum(len(tensors) * n for tensors, n in groups)

@@ -1,0 +1,105 @@
+"""What PEFT trains beyond one block's adapters, as PEFT 0.21.2 builds it: which decoder layers carry adapters
+(``layers_to_transform``, ``layers_pattern``), and the run's trainable total.
+
+``layers_to_transform`` (``peft/tuners/tuners_utils.py`` ``check_target_module_exists``): a targeted module is
+adapted only if the layer index read from its full name is listed; the index is the first numbered segment of
+the name (``model.layers.5.self_attn.q_proj`` -> 5), or with ``layers_pattern`` the one after that name.
+Worked: Llama-2-7B, r=16 on q_proj, v_proj, ``layers_to_transform=[0, 1, 5]``: 3 x 262,144 = 786,432 trainable
+parameters (all 32 layers: 8,388,608).
+
+The layers without an adapter still run in the graph: once an earlier layer's adapter makes the residual stream
+require grad, they save what their frozen ops need for the input gradient (the replay of each layer kind,
+:mod:`memfit.estimate.activations`); before the first adapted layer nothing requires grad and they save nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from memfit.errors import MemfitError
+from memfit.estimate.lora import adapted_linears, lora_params_per_layer, modules_to_save_params
+from memfit.estimate.shape import ModelShape
+from memfit.estimate.spec import RunSpec
+
+
+def _layer_index(key: str, patterns: tuple[str, ...]) -> int | None:
+    """The layer index PEFT 0.21.2 ``check_target_module_exists`` reads from a full module name under
+    ``layers_to_transform``: the first numbered segment (``.*?\\.[^.]*\\.(\\d+)\\.``), or the one after a
+    ``layers_pattern`` name (``(?:^|.*?\\.)PATTERN\\.(\\d+)\\.``, the first pattern that matches)."""
+    if not patterns:
+        hit = re.match(r".*?\.[^.]*\.(?P<idx>\d+)\.", key)
+    else:
+        hit = None
+        for pattern in patterns:
+            hit = re.match(rf"(?:^|.*?\.){pattern}\.(?P<idx>\d+)\.", key)
+            if hit is not None:
+                break
+    return int(hit.group("idx")) if hit else None
+
+
+def adapted_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
+    """Whether PEFT adapts each decoder layer: all of them, or with ``--layers-to-transform`` those whose index
+    (:func:`_layer_index` of each targeted module's full name) is listed. A MemfitError for an index the model
+    does not have, for a listing that leaves no adapter (PEFT: "Target modules ... not found"), and for fused
+    experts (PEFT's ``target_parameters`` path does not read ``layers_to_transform``; not modelled here)."""
+    if not spec.is_adapter or not spec.layers_to_transform:
+        return (spec.is_adapter,) * shape.n_layers
+    return _adapted_layers(shape, spec.layers_to_transform, spec.layers_pattern, spec)
+
+
+@cache
+def _adapted_layers(shape: ModelShape, layers: tuple[int, ...], patterns: tuple[str, ...],
+                    spec: RunSpec) -> tuple[bool, ...]:
+    if spec.sharding not in ("none", "ddp"):
+        raise MemfitError(f"--layers-to-transform with --sharding {spec.sharding}: memfit estimate's sharded "
+                          "gradients assume the same adapters in every layer; not modelled yet: drop one of them, or "
+                          "run `memfit measure`")
+    n = shape.n_layers
+    beyond = [i for i in layers if i >= n]
+    if beyond:
+        raise MemfitError(f"--layers-to-transform {','.join(map(str, beyond))}: {shape.model_type} has {n} decoder "
+                          f"layers, indexed 0..{n - 1}")
+    prefix = shape.arch.names.model.layers
+    out = []
+    for i in range(n):
+        lins = adapted_linears(shape.layer_shape(i), spec, check=False)
+        if any(lin.experts > 1 or not lin.is_nn_linear for lin in lins):
+            raise MemfitError("--layers-to-transform with fused experts or a router adapted (all-linear on a MoE "
+                              "model, PEFT's target_parameters): not modelled by memfit estimate; name the attention "
+                              "projections in --targets, or run `memfit trace` or `memfit measure`")
+        hits = {_layer_index(f"{prefix}.{i}.{lin.path}", patterns) in layers for lin in lins}
+        if len(hits) > 1:
+            raise MemfitError(f"--layers-pattern {','.join(patterns)} gives the linears of layer {i} different layer "
+                              "indexes: memfit estimate models whole layers; run `memfit trace` or `memfit measure`")
+        out.append(bool(hits) and hits.pop())
+    if not any(out):
+        where = f" after {','.join(patterns)}" if patterns else ""
+        raise MemfitError(f"--layers-to-transform {','.join(map(str, layers))}{where} leaves no module with an adapter "
+                          f"(PEFT: 'Target modules ... not found'): its layers are {prefix}.0..{n - 1}"
+                          + (f"; drop --layers-pattern or use {prefix.rsplit('.', 1)[-1]}" if patterns else ""))
+    return tuple(out)
+
+
+def adapter_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelShape, int], ...]:
+    """:meth:`ModelShape.layer_groups` counting only the layers PEFT adapts (:func:`adapted_layers`)."""
+    flags = adapted_layers(shape, spec)
+    counts: dict[ModelShape, int] = {}
+    for i in range(shape.n_layers):
+        if flags[i]:
+            sub = shape.layer_shape(i)
+            counts[sub] = counts.get(sub, 0) + 1
+    return tuple(counts.items())
+
+
+def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
+    """Trainable parameters of a LoRA / QLoRA run, as PEFT's ``print_trainable_parameters`` counts them.
+
+    ``L * sum(r * (in + out))`` over the adapted linears (per layer kind; L the adapted layers, all of them unless
+    ``--layers-to-transform``), plus the ``modules_to_save`` copies.
+    """
+    if not spec.is_adapter:
+        raise MemfitError("lora_trainable_params needs --method lora or qlora")
+    adapted_linears(shape, spec)  # the targets' check, against every layer kind
+    blocks = sum(n * lora_params_per_layer(sub, spec) for sub, n in adapter_layer_groups(shape, spec))
+    return blocks + modules_to_save_params(shape, spec)
