@@ -55,6 +55,8 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
                                               "0-3")),
     "layers_pattern": (str, typer.Option("--layers-pattern", help="the layer list's name the indexes follow (PEFT "
                                          "layers_pattern, e.g. layers or h; default: the first numbered name)")),
+    "bias": (str, typer.Option("--bias", help="biases trained beside LoRA (PEFT bias): none | all (every "
+                               "parameter named *.bias) | lora_only (the adapted linears' biases)")),
     "precision": (str, typer.Option("--precision", "-p", help="fp32 | bf16 | fp16 | mixed-bf16 | mixed-fp16")),
     "optimizer": (str, typer.Option("--optimizer", help="adamw | adamw-8bit | sgd | sgd-momentum | adafactor | "
                                     "paged-adamw-8bit | paged-adamw-32bit (bitsandbytes; states in CUDA unified "
@@ -129,6 +131,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                             "--method full trains every weight: drop it or pass --method lora"),
     "layers_pattern": (lambda s: s.is_adapter, "--layers-pattern names the layers LoRA adapts; --method full has no "
                        "adapter: drop it or pass --method lora"),
+    "bias": (lambda s: s.is_adapter, "--bias chooses the biases trained beside LoRA; --method full trains every "
+             "bias already: drop it or pass --method lora"),
     "double_quant": (lambda s: s.method == "qlora", "--double-quant/--no-double-quant sets QLoRA's 4-bit base; "
                      "it does nothing without --method qlora"),
     "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "

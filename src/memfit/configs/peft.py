@@ -47,8 +47,10 @@ def read_peft(doc: Document) -> FileReading:
         r.set("targets", (), "target_modules", memfit_value="PEFT's default for the architecture")
     if r.get("modules_to_save"):
         r.set("modules_to_save", names(r.get("modules_to_save")), "modules_to_save")
-    if r.get("bias") not in (None, "none"):
-        r.not_modelled("bias", f"bias={r.get('bias')!r}: trained biases", active=lambda v: True)
+    if r.get("bias") in ("all", "lora_only"):
+        r.set("bias", r.get("bias"), "bias")
+    elif r.get("bias") not in (None, "none"):
+        r.not_modelled("bias", f"bias={r.get('bias')!r}: not a PEFT LoRA bias mode", active=lambda v: True)
     dora(r, "use_dora")
     if r.get("rank_pattern", None):
         r.set("rank_pattern", parse_rank_pattern(r.get("rank_pattern")), "rank_pattern")

@@ -1,5 +1,5 @@
 """What PEFT trains beyond one block's adapters, as PEFT 0.21.2 builds it: which decoder layers carry adapters
-(``layers_to_transform``, ``layers_pattern``), and the run's trainable total.
+(``layers_to_transform``, ``layers_pattern``), which biases train (``bias``), and the run's trainable total.
 
 ``layers_to_transform`` (``peft/tuners/tuners_utils.py`` ``check_target_module_exists``): a targeted module is
 adapted only if the layer index read from its full name is listed; the index is the first numbered segment of
@@ -10,6 +10,14 @@ parameters (all 32 layers: 8,388,608).
 The layers without an adapter still run in the graph: once an earlier layer's adapter makes the residual stream
 require grad, they save what their frozen ops need for the input gradient (the replay of each layer kind,
 :mod:`memfit.estimate.activations`); before the first adapted layer nothing requires grad and they save nothing.
+
+``bias`` (``BaseTuner._mark_only_adapters_as_trainable``): ``"all"`` sets ``requires_grad`` on every parameter whose
+name is ``bias`` or ends with ``.bias`` (the block linears', LayerNorms', the final norm's and a biased lm_head's),
+in every layer whatever ``layers_to_transform`` says; ``"lora_only"`` on the bias of each LoRA layer (the adapted
+linears'). They keep the weights' dtype (fp32 under QLoRA: ``prepare_model_for_kbit_training`` upcasts them) and
+train with gradients and optimizer states like any parameter. Worked: Qwen2.5-0.5B (24 layers, q/k/v biased:
+896 + 128 + 128), PEFT's default q_proj, v_proj, ``lora_only``: (896 + 128) * 24 = 24,576 biases; ``all``:
+(896 + 128 + 128) * 24 = 27,648 (RMSNorm has no bias).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import re
 from functools import cache
 
 from memfit.errors import MemfitError
+from memfit.estimate.block_parts import Linear, Norm
 from memfit.estimate.lora import adapted_linears, lora_params_per_layer, modules_to_save_params
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
@@ -92,6 +101,42 @@ def adapter_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelS
     return tuple(counts.items())
 
 
+def trained_biases(shape: ModelShape, spec: RunSpec) -> tuple[tuple[Linear | Norm, ...], tuple[int, ...]]:
+    """The block linears and norms of one block of ``shape``'s (uniform) kind whose bias trains under ``--bias``,
+    and the sizes of the biases outside the blocks that train (``all``: the final norm's, a biased lm_head's)."""
+    if spec.bias == "none" or not spec.is_adapter:
+        return (), ()
+    if shape.layout.moe is not None:
+        raise MemfitError(f"--bias {spec.bias} on a mixture of experts ({shape.model_type}: fused expert biases are "
+                          "not named *.bias): not modelled by memfit estimate; run `memfit trace` or `memfit measure`")
+    if spec.bias == "lora_only":
+        return tuple(lin for lin in adapted_linears(shape, spec, check=False) if lin.bias), ()
+    parts: tuple[Linear | Norm, ...] = tuple(lin for lin in shape.linears() if lin.bias) + tuple(
+        n for n in shape.norms() if n.bias)
+    top = ((shape.hidden,) if shape.final_norm and shape.layout.norm_bias else ()) + (
+        (shape.vocab,) if shape.layout.head_bias else ())
+    return parts, top
+
+
+def bias_size(part: Linear | Norm) -> int:
+    """Elements of a linear's or a norm's bias."""
+    return part.out_features if isinstance(part, Linear) else part.size
+
+
+def bias_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelShape, int], ...]:
+    """The layers whose biases train: every layer with ``all``, the adapted ones with ``lora_only``."""
+    return adapter_layer_groups(shape, spec) if spec.bias == "lora_only" else shape.layer_groups()
+
+
+def trained_bias_params(shape: ModelShape, spec: RunSpec) -> int:
+    """Elements of the biases ``--bias`` trains (module docstring)."""
+    if spec.bias == "none":
+        return 0
+    blocks = sum(n * sum(bias_size(p) for p in trained_biases(sub, spec)[0]) for sub, n in bias_layer_groups(shape,
+                                                                                                             spec))
+    return blocks + sum(trained_biases(shape, spec)[1])
+
+
 def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
     """Trainable parameters of a LoRA / QLoRA run, as PEFT's ``print_trainable_parameters`` counts them.
 
@@ -102,4 +147,4 @@ def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
         raise MemfitError("lora_trainable_params needs --method lora or qlora")
     adapted_linears(shape, spec)  # the targets' check, against every layer kind
     blocks = sum(n * lora_params_per_layer(sub, spec) for sub, n in adapter_layer_groups(shape, spec))
-    return blocks + modules_to_save_params(shape, spec)
+    return blocks + modules_to_save_params(shape, spec) + trained_bias_params(shape, spec)

@@ -35,6 +35,7 @@ AdamWImpl = Literal["fused", "foreach", "forloop"]  # torch.optim.AdamW(fused=Tr
 Checkpointing = Literal["none", "full", "every-k", "sqrt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Device = Literal["cuda", "cpu"]
+Bias = Literal["none", "all", "lora_only"]  # PEFT LoraConfig.bias: which biases train beside the adapters
 Loss = Literal["standard", "chunked", "trl"]  # trl: TRL SFTTrainer's fused LM head (estimate/trl_loss.py)
 Sharding = Literal["none", "zero1", "zero2", "zero3",  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
                    "ddp", "fsdp", "hsdp"]  # DDP (replicas + buckets), FSDP2 fully_shard, hybrid: estimate/sharding
@@ -95,6 +96,7 @@ class RunSpec:
     use_dora: bool = False  # PEFT LoraConfig(use_dora=True): magnitudes and weight norm (activations/ops.py)
     layers_to_transform: tuple[int, ...] = ()  # PEFT layers_to_transform: adapters on these decoder layers only
     layers_pattern: tuple[str, ...] = ()  # PEFT layers_pattern: the ModuleList name the layer index follows
+    bias: Bias = "none"  # PEFT bias: "all" trains every parameter named *.bias, "lora_only" the adapted linears'
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -106,6 +108,7 @@ class RunSpec:
         _check_choice("loss", self.loss, Loss)
         _check_choice("sharding", self.sharding, Sharding)
         _check_choice("adamw_impl", self.adamw_impl, AdamWImpl)
+        _check_choice("bias", self.bias, Bias)
         for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus", "nodes", "prefetch",
                      "bucket_mb"):
             value = getattr(self, name)
@@ -160,6 +163,9 @@ class RunSpec:
             if self.exclude_modules:
                 raise MemfitError("--exclude-modules narrows LoRA's targets; --method full trains every weight: "
                                   "drop it or pass --method lora")
+            if self.bias != "none":
+                raise MemfitError(f"--bias {self.bias} is PEFT's choice of biases trained beside LoRA; --method full "
+                                  "trains every bias already: drop it or pass --method lora")
             if self.use_dora:
                 raise MemfitError("--dora decomposes LoRA's update (PEFT use_dora); --method full has no adapter: "
                                   "drop --dora or pass --method lora")

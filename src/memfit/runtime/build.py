@@ -360,6 +360,7 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
         use_dora=spec.use_dora,
         layers_to_transform=list(spec.layers_to_transform) or None,
         layers_pattern=list(spec.layers_pattern) or None,
+        bias=spec.bias,
         task_type="CAUSAL_LM",
     )
 

@@ -1,5 +1,6 @@
 """Agreement rows with PEFT's per-layer options (issue 14 parts 3, 4 and 6): ``--layers-to-transform`` (PEFT 0.21.2
-``layers_to_transform`` / ``layers_pattern``: adapters on some decoder layers only).
+``layers_to_transform`` / ``layers_pattern``: adapters on some decoder layers only) and ``--bias`` (``bias="all"`` /
+``"lora_only"``: trained biases, and under ``all`` LayerNorms whose output needs grad in layer 0).
 
 The scaled models get four layers here (``_FOUR``), so that a layer before the first adapted one (its input does
 not require grad: it saves nothing), an adapted one and a frozen one after it (it saves what the input gradient
@@ -40,5 +41,15 @@ LAYER_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
                                         layers_to_transform=(3,), layers_pattern=("h",))),
 )
 
+BIAS_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
+    ("gpt2", {}, _spec(precision="fp32", attention="eager", batch=2, seq=64, bias="all")),
+    ("gpt2", _V, _spec(precision="fp32", attention="sdpa", batch=2, seq=64, bias="lora_only")),
+    ("pythia-1.4b", _V, _spec(precision="fp32", attention="sdpa", batch=2, seq=64, bias="all")),
+    ("qwen2.5-0.5b", {}, _spec(precision="mixed-bf16", attention="sdpa", batch=1, seq=64, bias="all")),
+    ("qwen2.5-0.5b", _four("qwen2.5-0.5b", **_V), _spec(precision="fp32", attention="sdpa", batch=2, seq=64,
+                                                        bias="lora_only", layers_to_transform=(2,))),
+)
+
 # the fast subset for `make test`: the frozen layers before the first adapted one, and a frozen one after
 FAST_LAYER_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (LAYER_ROWS[0], LAYER_ROWS[1])
+FAST_BIAS_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (BIAS_ROWS[2],)

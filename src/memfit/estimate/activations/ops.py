@@ -98,6 +98,9 @@ def linear(rp: Replay, x: SymTensor, lin: Linear, component: str) -> SymTensor:
         if lin.bias and t.autocast and (rp.model.layout.bias_add_promotes or lin.experts > 1):
             # (x @ W.T) + b outside F.linear (FalconLinear; fused experts' x @ W[e] + b[e]): the fp32 bias wins
             out = t.new(out.shape, rp.spec.weight_bytes, out.requires_grad)
+    if lin.bias and not out.requires_grad and (rp.spec.bias == "all" or (rp.spec.bias == "lora_only"
+                                                                        and lin.path in rp.adapted)):
+        out = t.op((x,), t.new(out.shape, out.itemsize, True))  # --bias: a trained bias makes the output need grad
     if lin.path not in rp.adapted:
         return out
     return _lora(rp, x, lin, out)
@@ -234,7 +237,7 @@ def layernorm(rp: Replay, x: SymTensor, component: str) -> SymTensor:
     """``nn.LayerNorm``: saves x, the mean and the rstd (per row; fp32 on CUDA or for fp32 x, else x's dtype)
     when x or the affine weight requires grad."""
     t = rp.tape
-    rg = x.requires_grad or rp.full
+    rg = x.requires_grad or rp.full or (rp.spec.bias == "all" and rp.model.layout.norm_bias)  # --bias all: it trains
     if rg:
         t.save(x, component)
         stat = FP32_BYTES if (rp.spec.device == "cuda" or x.itemsize == FP32_BYTES) else x.itemsize
