@@ -25,7 +25,7 @@ import typer
 
 from memfit.errors import MemfitError
 from memfit.estimate.fits import Target
-from memfit.estimate.spec import RunSpec, parse_layers, parse_rank_pattern, parse_targets
+from memfit.estimate.spec import RunSpec, parse_layers, parse_rank_pattern, parse_targets, parse_token_indices
 
 _P = inspect.Parameter
 
@@ -55,6 +55,8 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
                                               "0-3")),
     "layers_pattern": (str, typer.Option("--layers-pattern", help="the layer list's name the indexes follow (PEFT "
                                          "layers_pattern, e.g. layers or h; default: the first numbered name)")),
+    "trainable_token_indices": (str, typer.Option("--trainable-tokens", help="token ids whose embedding rows train "
+                                                  "beside LoRA (PEFT trainable_token_indices), e.g. 128000,128001")),
     "bias": (str, typer.Option("--bias", help="biases trained beside LoRA (PEFT bias): none | all (every "
                                "parameter named *.bias) | lora_only (the adapted linears' biases)")),
     "precision": (str, typer.Option("--precision", "-p", help="fp32 | bf16 | fp16 | mixed-bf16 | mixed-fp16")),
@@ -131,6 +133,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                             "--method full trains every weight: drop it or pass --method lora"),
     "layers_pattern": (lambda s: s.is_adapter, "--layers-pattern names the layers LoRA adapts; --method full has no "
                        "adapter: drop it or pass --method lora"),
+    "trainable_token_indices": (lambda s: s.is_adapter, "--trainable-tokens trains embedding rows beside LoRA; "
+                                "--method full trains the whole embedding: drop it or pass --method lora"),
     "bias": (lambda s: s.is_adapter, "--bias chooses the biases trained beside LoRA; --method full trains every "
              "bias already: drop it or pass --method lora"),
     "double_quant": (lambda s: s.method == "qlora", "--double-quant/--no-double-quant sets QLoRA's 4-bit base; "
@@ -237,6 +241,8 @@ def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> Ru
             value = parse_targets(value) if isinstance(value, str) else tuple(value or ())
         elif name == "rank_pattern":
             value = parse_rank_pattern(value)
+        elif name == "trainable_token_indices":
+            value = parse_token_indices(value)
         elif name == "layers_to_transform":
             value = parse_layers(value)
         elif name == "layers_pattern":
@@ -299,7 +305,7 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
                 continue
             default = getattr(_DEFAULTS, name)
             if name in ("targets", "modules_to_save", "exclude_modules", "rank_pattern", "layers_to_transform",
-                        "layers_pattern"):
+                        "layers_pattern", "trainable_token_indices"):
                 default, typ = None, str | None
             added.append(_P(name, _P.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]))
         added.append(_P("config", _P.KEYWORD_ONLY, default=None, annotation=Annotated[list[str] | None, CONFIG_OPTION]))

@@ -10,10 +10,9 @@ from __future__ import annotations
 from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
-from memfit.estimate.spec import parse_layers, parse_rank_pattern
+from memfit.estimate.spec import parse_layers, parse_rank_pattern, parse_token_indices
 
 NOT_MODELLED = {
-    "trainable_token_indices": "trainable token rows",
     "target_parameters": "LoRA on parameters (MoE expert weights)",
     "lora_bias": "a trained bias on lora_B",
     "layer_replication": "replicated layers",
@@ -75,6 +74,14 @@ def read_peft(doc: Document) -> FileReading:
     else:
         r.ignore("layers_to_transform", "none: every layer")
         r.ignore("layers_pattern", "used only with layers_to_transform")
+    tokens = r.get("trainable_token_indices", None)
+    if isinstance(tokens, dict):  # {module name: ids}: the embedding's own name only (the estimate models it)
+        r.not_modelled("trainable_token_indices", "rows of a named module: pass --trainable-tokens with the input "
+                                                  "embedding's ids", active=lambda v: True)
+    elif tokens:
+        r.set("trainable_token_indices", parse_token_indices(tokens), "trainable_token_indices")
+    else:
+        r.ignore("trainable_token_indices", "none")
     for name, why in NOT_MODELLED.items():
         r.not_modelled(name, why)
     r.ignore("alpha_pattern", "alphas: no memory effect")

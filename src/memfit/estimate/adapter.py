@@ -18,6 +18,15 @@ linears'). They keep the weights' dtype (fp32 under QLoRA: ``prepare_model_for_k
 train with gradients and optimizer states like any parameter. Worked: Qwen2.5-0.5B (24 layers, q/k/v biased:
 896 + 128 + 128), PEFT's default q_proj, v_proj, ``lora_only``: (896 + 128) * 24 = 24,576 biases; ``all``:
 (896 + 128 + 128) * 24 = 27,648 (RMSNorm has no bias).
+
+``trainable_token_indices`` (``peft/tuners/trainable_tokens/layer.py`` ``TrainableTokensLayer``): the input
+embedding gains a trained delta (k, h) and a frozen copy of the original rows (a buffer, k, h), both in the
+table's dtype, k the listed ids. Each forward builds ``W = weight.index_copy(0, index, delta)``, a (V, h) copy
+freed once the lookup is done, and keeps the int64 index for the backward; the backward's embedding gradient is
+dense, (V, h) in the table's dtype, before ``index_select`` takes the k rows that become the delta's gradient.
+Worked: Llama-2-7B (V 32,000, h 4,096, bf16), 2 ids: 8,192 trained parameters (16 KiB), and a 250 MiB gradient
+temporary at the end of the backward. A tied lm_head is wrapped as well (PEFT ties the adapter) and its
+``F.linear`` keeps its own merged (V, h) weight: not modelled (refused; trace and measure run it).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from functools import cache
 
 from memfit.errors import MemfitError
 from memfit.estimate.block_parts import Linear, Norm
-from memfit.estimate.lora import adapted_linears, lora_params_per_layer, modules_to_save_params
+from memfit.estimate.lora import adapted_linears, lora_params_per_layer, modules_to_save_params, saved_modules
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -137,6 +146,25 @@ def trained_bias_params(shape: ModelShape, spec: RunSpec) -> int:
     return blocks + sum(trained_biases(shape, spec)[1])
 
 
+def trainable_tokens(shape: ModelShape, spec: RunSpec) -> int:
+    """k, the embedding rows ``--trainable-tokens`` trains (module docstring); 0 without it. A MemfitError for an id
+    past the vocabulary, for the embedding also in ``--modules-to-save`` (PEFT's error) and for tied embeddings."""
+    ids = spec.trainable_token_indices if spec.is_adapter else ()
+    if not ids:
+        return 0
+    beyond = [i for i in ids if i >= shape.vocab]
+    if beyond:
+        raise MemfitError(f"--trainable-tokens {','.join(map(str, beyond))}: past the vocabulary ({shape.vocab:,} "
+                          f"ids, 0..{shape.vocab - 1})")
+    if any(m.role == "embed" for m in saved_modules(shape, spec)):
+        raise MemfitError("--trainable-tokens and --modules-to-save both train the embedding (PEFT: 'The embedding "
+                          "layer is already marked to be trained fully'): pass one of them")
+    if shape.tie_embeddings:
+        raise MemfitError(f"--trainable-tokens on tied embeddings ({shape.model_type}: PEFT wraps the lm_head too, "
+                          "whose merged weight the estimate does not model); run `memfit trace` or `memfit measure`")
+    return len(ids)
+
+
 def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
     """Trainable parameters of a LoRA / QLoRA run, as PEFT's ``print_trainable_parameters`` counts them.
 
@@ -147,4 +175,5 @@ def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
         raise MemfitError("lora_trainable_params needs --method lora or qlora")
     adapted_linears(shape, spec)  # the targets' check, against every layer kind
     blocks = sum(n * lora_params_per_layer(sub, spec) for sub, n in adapter_layer_groups(shape, spec))
-    return blocks + modules_to_save_params(shape, spec) + trained_bias_params(shape, spec)
+    return blocks + modules_to_save_params(shape, spec) + trained_bias_params(shape, spec) + trainable_tokens(
+        shape, spec) * shape.embed_dim

@@ -96,6 +96,7 @@ class RunSpec:
     use_dora: bool = False  # PEFT LoraConfig(use_dora=True): magnitudes and weight norm (activations/ops.py)
     layers_to_transform: tuple[int, ...] = ()  # PEFT layers_to_transform: adapters on these decoder layers only
     layers_pattern: tuple[str, ...] = ()  # PEFT layers_pattern: the ModuleList name the layer index follows
+    trainable_token_indices: tuple[int, ...] = ()  # PEFT LoraConfig.trainable_token_indices: embedding rows trained
     bias: Bias = "none"  # PEFT bias: "all" trains every parameter named *.bias, "lora_only" the adapted linears'
 
     def __post_init__(self) -> None:
@@ -122,6 +123,7 @@ class RunSpec:
         object.__setattr__(self, "layers_pattern", parse_targets(self.layers_pattern, flag="--layers-pattern")
                            if isinstance(self.layers_pattern, str) else tuple(self.layers_pattern))
         _check_layers(self)
+        object.__setattr__(self, "trainable_token_indices", parse_token_indices(self.trainable_token_indices))
         for key, r in self.rank_pattern:
             if isinstance(r, bool) or not isinstance(r, int) or r < 1:
                 raise MemfitError(f"--rank-pattern {key}={r!r}: a rank must be a positive integer")
@@ -163,6 +165,9 @@ class RunSpec:
             if self.exclude_modules:
                 raise MemfitError("--exclude-modules narrows LoRA's targets; --method full trains every weight: "
                                   "drop it or pass --method lora")
+            if self.trainable_token_indices:
+                raise MemfitError("--trainable-tokens trains some embedding rows beside LoRA; --method full trains "
+                                  "the whole embedding already: drop it or pass --method lora")
             if self.bias != "none":
                 raise MemfitError(f"--bias {self.bias} is PEFT's choice of biases trained beside LoRA; --method full "
                                   "trains every bias already: drop it or pass --method lora")
@@ -229,6 +234,7 @@ class RunSpec:
         d["rank_pattern"] = dict(self.rank_pattern)
         d["layers_to_transform"] = list(self.layers_to_transform)
         d["layers_pattern"] = list(self.layers_pattern)
+        d["trainable_token_indices"] = list(self.trainable_token_indices)
         return d
 
     @classmethod
@@ -333,6 +339,22 @@ def parse_layers(value: Any) -> tuple[int, ...]:
     if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in items):
         raise MemfitError(f"--layers-to-transform {value!r}: layer indexes are integers from 0, e.g. 0,1,5")
     return tuple(sorted(set(items)))
+
+
+def parse_token_indices(value: Any) -> tuple[int, ...]:
+    """PEFT's ``trainable_token_indices`` list (or ``"5,7,128000"``) -> ``(5, 7, 128000)``, order and repeats kept
+    (PEFT keeps the list as given: one delta row per entry)."""
+    if value is None or value == "":
+        return ()
+    items = [p.strip() for p in value.split(",")] if isinstance(value, str) else list(value)
+    out = []
+    for i in items:
+        if isinstance(i, str) and i.isdigit():
+            i = int(i)
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise MemfitError(f"--trainable-tokens {value!r}: list token ids (from 0), e.g. 128000,128001")
+        out.append(i)
+    return tuple(out)
 
 
 def _check_layers(spec: RunSpec) -> None:

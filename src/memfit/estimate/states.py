@@ -64,7 +64,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from memfit.estimate.adapter import adapted_layers, adapter_layer_groups, bias_layer_groups, bias_size, trained_biases
+from memfit.estimate.adapter import (
+    adapted_layers,
+    adapter_layer_groups,
+    bias_layer_groups,
+    bias_size,
+    trainable_tokens,
+    trained_biases,
+)
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import CUDA_BLOCK_BYTES, FP32_BYTES
 from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, rank_of, saved_modules
@@ -272,12 +279,16 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     head_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "head"]
     emb_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "embed"]
     top_biases = [(n, bias_b, 0) for n in trained_biases(shape, spec)[1]]  # --bias all: final norm, lm_head
+    k = trainable_tokens(shape, spec)
+    if k:  # --trainable-tokens: the delta rows (k, h) in the table's dtype
+        emb_t.append((k * shape.embed_dim, mts_b, k + shape.embed_dim))
     rest = head_t + emb_t + top_biases
     tensors = all_blocks + rest
     block_biases = sum(sum(n for n, _, _ in ts) * layers for ts, layers in bias_groups)
     lora_params -= block_biases  # the groups' sum above counted them
     biases = block_biases + sum(n for n, _, _ in top_biases)
-    trainable_bytes = lora_params * FP32_BYTES + mts * mts_b + biases * bias_b
+    tokens = k * shape.embed_dim
+    trainable_bytes = lora_params * FP32_BYTES + mts * mts_b + biases * bias_b + tokens * mts_b
     if spec.is_quantised:
         # each block linear quantised on its own (its blocks, its maps), per layer kind; the rest upcast to fp32
         # by PEFT's prepare_model_for_kbit_training
@@ -293,13 +304,14 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     else:
         frozen = pc.total * w
     frozen -= biases * bias_b  # a trained bias is the base's own tensor, not a copy
+    frozen += tokens * mts_b  # --trainable-tokens: the original rows, kept as a buffer
     opt = blocks_optimizer + optimizer_bytes(rest, spec)
     if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit") and any(n >= ADAM8_MIN_SIZE for n, _, _ in tensors):
         opt += ADAM8_QMAP_BYTES
     return ModelStates(
         weights_frozen=frozen, weights_trainable=trainable_bytes, gradients=trainable_bytes,
         optimizer=0 if spec.is_paged else opt, paged_optimizer=opt if spec.is_paged else 0,
-        trainable_params=lora_params + mts + biases, frozen_params=pc.total - biases,
+        trainable_params=lora_params + mts + biases + tokens, frozen_params=pc.total - biases,
         largest_tensor=max((n * b for n, b, _ in tensors), default=0),
         adafactor_step=max((adafactor_step_bytes(*t) for t in tensors), default=0),
         n_tensors=blocks_tensors + len(rest),

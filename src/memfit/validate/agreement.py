@@ -115,6 +115,8 @@ class MatrixRow:
                 f" of {','.join(s.layers_pattern)}" if s.layers_pattern else "")
         if s.bias != "none":
             targets += f" bias {s.bias}"
+        if s.trainable_token_indices:
+            targets += f" tokens {','.join(map(str, s.trainable_token_indices))}"
         method = s.method if s.method == "full" else f"{'dora' if s.use_dora else s.method}[{targets}]" + (
             " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
@@ -350,11 +352,12 @@ def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROW
 
 
 def peft_layer_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] | None = None) -> list[MatrixRow]:
-    """The --layers-to-transform and --bias rows (:mod:`memfit.validate.rows_peft`; ``FAST_*`` for the fast subsets)."""
-    from memfit.validate.rows_peft import BIAS_ROWS, LAYER_ROWS
+    """The --layers-to-transform, --bias and --trainable-tokens rows (:mod:`memfit.validate.rows_peft`; ``FAST_*``
+    for the fast subsets)."""
+    from memfit.validate.rows_peft import BIAS_ROWS, LAYER_ROWS, TOKEN_ROWS
 
     return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s))
-            for m, fields, s in (LAYER_ROWS + BIAS_ROWS if rows is None else rows)]
+            for m, fields, s in (LAYER_ROWS + BIAS_ROWS + TOKEN_ROWS if rows is None else rows)]
 
 
 def dropout_matrix() -> list[MatrixRow]:

@@ -1,6 +1,7 @@
 """Agreement rows with PEFT's per-layer options (issue 14 parts 3, 4 and 6): ``--layers-to-transform`` (PEFT 0.21.2
 ``layers_to_transform`` / ``layers_pattern``: adapters on some decoder layers only) and ``--bias`` (``bias="all"`` /
-``"lora_only"``: trained biases, and under ``all`` LayerNorms whose output needs grad in layer 0).
+``"lora_only"``: trained biases, and under ``all`` LayerNorms whose output needs grad in layer 0) and
+``--trainable-tokens`` (``trainable_token_indices``: delta rows of the embedding, its merged table's gradient).
 
 The scaled models get four layers here (``_FOUR``), so that a layer before the first adapted one (its input does
 not require grad: it saves nothing), an adapted one and a frozen one after it (it saves what the input gradient
@@ -50,6 +51,18 @@ BIAS_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
                                                         bias="lora_only", layers_to_transform=(2,))),
 )
 
+# --trainable-tokens (PEFT trainable_token_indices) on untied tables: the dense (V, h) gradient of the merged table
+# at the end of the backward; Llama-3.2 untied by its config
+TOKEN_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
+    ("pythia-1.4b", {}, _spec(precision="fp32", attention="sdpa", batch=2, seq=64,
+                              trainable_token_indices=(0, 1, 50000))),
+    ("llama-3.2-1b", {"tie_word_embeddings": False}, _spec(precision="mixed-bf16", attention="sdpa", batch=1, seq=64,
+                                                           trainable_token_indices=(128000, 128001))),
+    ("pythia-1.4b", {}, _spec(precision="fp32", attention="sdpa", batch=1, seq=32, checkpointing="full",
+                              trainable_token_indices=(7,))),
+)
+
 # the fast subset for `make test`: the frozen layers before the first adapted one, and a frozen one after
 FAST_LAYER_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (LAYER_ROWS[0], LAYER_ROWS[1])
 FAST_BIAS_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (BIAS_ROWS[2],)
+FAST_TOKEN_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (TOKEN_ROWS[2],)
