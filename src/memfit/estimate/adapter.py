@@ -127,6 +127,11 @@ def trained_biases(shape: ModelShape, spec: RunSpec) -> tuple[tuple[Linear | Nor
     return parts, top
 
 
+def trains_bias(spec: RunSpec, adapted: bool) -> bool:
+    """Whether ``--bias`` trains a block linear's bias (``adapted``: the linear carries LoRA)."""
+    return spec.bias == "all" or (spec.bias == "lora_only" and adapted)
+
+
 def bias_size(part: Linear | Norm) -> int:
     """Elements of a linear's or a norm's bias."""
     return part.out_features if isinstance(part, Linear) else part.size
