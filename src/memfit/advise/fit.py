@@ -15,16 +15,17 @@ from collections.abc import Callable
 
 from memfit.advise.cache import Estimator, PeakCache
 from memfit.advise.costs import TimeModel, setup_cost
+from memfit.advise.evaluation import EVAL_REMEDIES
 from memfit.advise.ordered import OrderedPlan
 from memfit.advise.profile import DataProfile
-from memfit.advise.remedies import MIN_RANK, Context
+from memfit.advise.remedies import MIN_RANK, REMEDY_ORDER, Context
 from memfit.advise.result import CheapestFit, FitReport, RankReduction
 from memfit.advise.search import cheapest_fit
 from memfit.advise.setup import Setup
 from memfit.estimate import MemoryEstimate, ModelShape, RunSpec, estimate_memory
+from memfit.estimate.adapter import lora_trainable_params
 from memfit.estimate.allocator import AllocatorAdvice
 from memfit.estimate.fits import Target, smallest_gpu
-from memfit.estimate.lora import lora_trainable_params
 from memfit.estimate.synth_allocations import estimate_allocator
 
 
@@ -48,7 +49,7 @@ def fit(shape: ModelShape, spec: RunSpec, target: Target, *, time_model: TimeMod
     initial = Setup(spec=spec)
     plan = OrderedPlan(cache, target, Context(initial=initial, time_model=time_model, data=data, shape=shape))
     initial_peak = plan.peak
-    plan.run()
+    plan.run(EVAL_REMEDIES + REMEDY_ORDER if spec.eval_batch is not None else REMEDY_ORDER)
     final, final_peak = plan.current, plan.peak
     cheapest = (cheapest_fit(cache, target, initial, time_model=time_model, data=data, progress=progress,
                              extra_seqs=(final.spec.seq,)) if search

@@ -31,6 +31,7 @@ SkipReason = Literal[
     "at_min_rank",  # the rank is at the lowest the advisor proposes (facts: rank, min_rank)
     "no_rank",  # full fine-tuning has no rank
     "no_change",  # the remedy proposes the run as it is
+    "not_eval_peak",  # an evaluation knob, and the evaluation step is not the peak (advise/evaluation.py)
     "saves_too_little",  # less than the smallest saving worth a step (facts: saved_bytes)
 ]
 

@@ -25,7 +25,7 @@ import typer
 
 from memfit.errors import MemfitError
 from memfit.estimate.fits import Target
-from memfit.estimate.spec import RunSpec, parse_rank_pattern, parse_targets
+from memfit.estimate.spec import RunSpec, parse_layers, parse_rank_pattern, parse_targets, parse_token_indices
 
 _P = inspect.Parameter
 
@@ -50,6 +50,15 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
                                        "q_proj=32,mlp.down_proj=8")),
     "use_dora": (bool, typer.Option("--dora/--no-dora", help="DoRA (PEFT use_dora): a trained magnitude per "
                                     "output feature and a weight norm in every adapted linear")),
+    "layers_to_transform": (str, typer.Option("--layers-to-transform", help="LoRA on these decoder layers only "
+                                              "(PEFT layers_to_transform): indexes from 0 or ranges, e.g. 0,1,5 or "
+                                              "0-3")),
+    "layers_pattern": (str, typer.Option("--layers-pattern", help="the layer list's name the indexes follow (PEFT "
+                                         "layers_pattern, e.g. layers or h; default: the first numbered name)")),
+    "trainable_token_indices": (str, typer.Option("--trainable-tokens", help="token ids whose embedding rows train "
+                                                  "beside LoRA (PEFT trainable_token_indices), e.g. 128000,128001")),
+    "bias": (str, typer.Option("--bias", help="biases trained beside LoRA (PEFT bias): none | all (every "
+                               "parameter named *.bias) | lora_only (the adapted linears' biases)")),
     "precision": (str, typer.Option("--precision", "-p", help="fp32 | bf16 | fp16 | mixed-bf16 | mixed-fp16")),
     "optimizer": (str, typer.Option("--optimizer", help="adamw | adamw-8bit | sgd | sgd-momentum | adafactor | "
                                     "paged-adamw-8bit | paged-adamw-32bit (bitsandbytes; states in CUDA unified "
@@ -120,6 +129,14 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                      "it or pass --method lora"),
     "use_dora": (lambda s: s.is_adapter, "--dora decomposes LoRA's update (PEFT use_dora); --method full has no "
                  "adapter: drop --dora or pass --method lora"),
+    "layers_to_transform": (lambda s: s.is_adapter, "--layers-to-transform chooses the layers LoRA adapts; "
+                            "--method full trains every weight: drop it or pass --method lora"),
+    "layers_pattern": (lambda s: s.is_adapter, "--layers-pattern names the layers LoRA adapts; --method full has no "
+                       "adapter: drop it or pass --method lora"),
+    "trainable_token_indices": (lambda s: s.is_adapter, "--trainable-tokens trains embedding rows beside LoRA; "
+                                "--method full trains the whole embedding: drop it or pass --method lora"),
+    "bias": (lambda s: s.is_adapter, "--bias chooses the biases trained beside LoRA; --method full trains every "
+             "bias already: drop it or pass --method lora"),
     "double_quant": (lambda s: s.method == "qlora", "--double-quant/--no-double-quant sets QLoRA's 4-bit base; "
                      "it does nothing without --method qlora"),
     "checkpoint_every": (lambda s: s.checkpointing == "every-k", "--checkpoint-every is k of --checkpointing "
@@ -224,6 +241,12 @@ def spec_from_options(values: dict[str, Any], base: RunSpec | None = None) -> Ru
             value = parse_targets(value) if isinstance(value, str) else tuple(value or ())
         elif name == "rank_pattern":
             value = parse_rank_pattern(value)
+        elif name == "trainable_token_indices":
+            value = parse_token_indices(value)
+        elif name == "layers_to_transform":
+            value = parse_layers(value)
+        elif name == "layers_pattern":
+            value = parse_targets(value, flag="--layers-pattern") if isinstance(value, str) else tuple(value or ())
         fields[name] = value
     return (base or _DEFAULTS).with_(**fields)
 
@@ -281,7 +304,8 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
             if name in exclude:
                 continue
             default = getattr(_DEFAULTS, name)
-            if name in ("targets", "modules_to_save", "exclude_modules", "rank_pattern"):
+            if name in ("targets", "modules_to_save", "exclude_modules", "rank_pattern", "layers_to_transform",
+                        "layers_pattern", "trainable_token_indices"):
                 default, typ = None, str | None
             added.append(_P(name, _P.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]))
         added.append(_P("config", _P.KEYWORD_ONLY, default=None, annotation=Annotated[list[str] | None, CONFIG_OPTION]))

@@ -7,7 +7,7 @@ import typer
 
 from memfit.cli._app import JsonFlag, app
 from memfit.cli._html import ForceOption, HtmlOption, check_html, write_html
-from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, GpuFlag, HeadroomFlag, spec_options
+from memfit.cli._spec_options import EXIT_DOES_NOT_FIT, CheckFlag, GpuFlag, HeadroomFlag, explicit_flags, spec_options
 from memfit.errors import MemfitError
 from memfit.estimate import RunSpec, resolve_model
 from memfit.report import console, print_config_import, print_json
@@ -86,9 +86,17 @@ def fit_command(
             return pad.random.waste, pad.packed.waste
 
         profile = DataProfile.from_length_report(report, padding_at=padding_at)
+        spec, share_source = loss_share_from_data(spec, report, data)
+    elif spec.loss == "trl":
+        share_source = ("--loss-token-share, as given" if explicit_flags(["loss_token_share"]) else
+                        "the default: every position (pass --data with --tokenizer, or --loss-token-share)")
+    else:
+        share_source = None
     if json_out:
         result = fit(shape, spec, target, time_model=time_model, data=profile, search=search)
         out = fit_json(result)
+        if share_source is not None:
+            out["loss_token_share"] = {"value": spec.loss_token_share, "source": share_source}
         if config_import is not None:
             out["config_import"] = config_import.to_json()
         if write is not None:
@@ -99,6 +107,9 @@ def fit_command(
             raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
     print_config_import(config_import)
+    if share_source is not None:
+        console.print(f"loss-token share {spec.loss_token_share:.3f} (TRL's fused head): {share_source}",
+                      highlight=False)
     from memfit.progress import progress_bar
 
     with progress_bar("searching configurations", unit="configurations") as bar:
@@ -112,6 +123,22 @@ def fit_command(
             console.print(line, highlight=False)
     if check and not result.fits_initially:
         raise typer.Exit(EXIT_DOES_NOT_FIT)
+
+
+def loss_share_from_data(spec: RunSpec, report: Any, data: str) -> tuple[RunSpec, str | None]:
+    """``--loss trl``: the run's ``loss_token_share`` from the data's labels (:meth:`LengthReport.loss_token_share
+    <memfit.data.lengths.LengthReport.loss_token_share>`, the worst example at --seq), unless --loss-token-share
+    was typed; and where the share came from, in words (None when the loss is not TRL's)."""
+    if spec.loss != "trl":
+        return spec, None
+    if explicit_flags(["loss_token_share"]):
+        return spec, "--loss-token-share, as given (the data's was not used)"
+    share = report.loss_token_share()
+    if share is None:
+        return spec, f"{data} is plain text: every token carries loss (share 1)"
+    return spec.with_(loss_token_share=share), (
+        f"{data}: the most loss-carrying positions of one example within --seq {spec.seq}, "
+        f"{report.loss_positions_max:,} of {spec.seq - 1:,} (labels != -100 after the causal shift)")
 
 
 def _write(result: Any, config_import: Any, path: str, force: bool) -> Any:

@@ -27,6 +27,7 @@ from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
 from memfit.configs.trl import attention_setting
+from memfit.estimate.spec import parse_layers, parse_token_indices
 
 # enums.py LEGACY_ATTN_FLAG_TO_IMPL, in its priority order
 LEGACY_ATTENTION = {"xformers_attention": "xformers", "sage_attention": "sage", "flex_attention": "flex_attention",
@@ -38,8 +39,6 @@ NOT_MODELLED = {
     "lora_target_parameters": "LoRA on parameters (MoE expert weights)",
     "lora_rank_pattern": "per-module ranks",
     "lora_alpha_pattern": "per-module alphas (no memory effect) with rank patterns",
-    "peft_layers_to_transform": "LoRA on some layers only",
-    "peft_trainable_token_indices": "trainable token rows",
     "chunked_cross_entropy": "axolotl's chunked loss keeps the bf16 logits and upcasts one chunk at a time; "
                              "memfit models the standard loss or a fused linear cross-entropy",
     "torch_compile": "torch.compile changes which activations are saved; memfit models eager",
@@ -136,6 +135,18 @@ def _adapter(r: Reader) -> None:
             r.set("targets", ("all-linear",) if t == ("all-linear",) else t, "lora_target_modules")
         if r.get("lora_modules_to_save"):
             r.set("modules_to_save", names(r.get("lora_modules_to_save")), "lora_modules_to_save")
+        if r.get("peft_layers_to_transform"):  # passed to LoraConfig as is (schemas/peft.py:97, :103)
+            r.set("layers_to_transform", parse_layers(r.get("peft_layers_to_transform")), "peft_layers_to_transform")
+            if r.get("peft_layers_pattern"):
+                pattern = r.get("peft_layers_pattern")
+                r.set("layers_pattern", names(pattern if isinstance(pattern, list) else [pattern]),
+                      "peft_layers_pattern")
+        tokens = r.get("peft_trainable_token_indices")
+        if isinstance(tokens, list) and tokens:  # passed to LoraConfig as is (schemas/peft.py)
+            r.set("trainable_token_indices", parse_token_indices(tokens), "peft_trainable_token_indices")
+        elif tokens:
+            r.not_modelled("peft_trainable_token_indices", "rows of a named module: pass --trainable-tokens with the "
+                                                           "input embedding's ids", active=lambda v: True)
         r.ignore("peft_use_rslora", "scaling only")
     else:
         r.not_modelled("adapter", f"adapter {adapter!r}: memfit models LoRA and QLoRA", active=lambda v: True)

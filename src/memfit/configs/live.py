@@ -23,7 +23,7 @@ ARGS_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "op
                "use_cache", "optim_target_modules", "max_length", "packing", "padding_free", "activation_offloading")
 LORA_FIELDS = ("peft_type", "r", "lora_alpha", "lora_dropout", "target_modules", "modules_to_save", "use_dora",
                "bias", "rank_pattern", "layers_to_transform", "exclude_modules", "trainable_token_indices",
-               "target_parameters", "lora_bias", "layer_replication")
+               "target_parameters", "lora_bias", "layer_replication", "layers_pattern")
 
 
 def _plain(value: Any) -> Any:

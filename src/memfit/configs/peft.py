@@ -10,11 +10,9 @@ from __future__ import annotations
 from memfit.configs.document import Document
 from memfit.configs.reading import FileReading, Reader, dora, names
 from memfit.configs.schema import load_schema
-from memfit.estimate.spec import parse_rank_pattern
+from memfit.estimate.spec import parse_layers, parse_rank_pattern, parse_token_indices
 
 NOT_MODELLED = {
-    "layers_to_transform": "LoRA on some layers only",
-    "trainable_token_indices": "trainable token rows",
     "target_parameters": "LoRA on parameters (MoE expert weights)",
     "lora_bias": "a trained bias on lora_B",
     "layer_replication": "replicated layers",
@@ -48,8 +46,10 @@ def read_peft(doc: Document) -> FileReading:
         r.set("targets", (), "target_modules", memfit_value="PEFT's default for the architecture")
     if r.get("modules_to_save"):
         r.set("modules_to_save", names(r.get("modules_to_save")), "modules_to_save")
-    if r.get("bias") not in (None, "none"):
-        r.not_modelled("bias", f"bias={r.get('bias')!r}: trained biases", active=lambda v: True)
+    if r.get("bias") in ("all", "lora_only"):
+        r.set("bias", r.get("bias"), "bias")
+    elif r.get("bias") not in (None, "none"):
+        r.not_modelled("bias", f"bias={r.get('bias')!r}: not a PEFT LoRA bias mode", active=lambda v: True)
     dora(r, "use_dora")
     if r.get("rank_pattern", None):
         r.set("rank_pattern", parse_rank_pattern(r.get("rank_pattern")), "rank_pattern")
@@ -63,6 +63,25 @@ def read_peft(doc: Document) -> FileReading:
         r.set("exclude_modules", names(exclude), "exclude_modules")
     else:
         r.ignore("exclude_modules", "none")
+    layers = r.get("layers_to_transform", None)
+    if layers is not None and layers != []:
+        r.set("layers_to_transform", parse_layers(layers), "layers_to_transform")
+        pattern = r.get("layers_pattern", None)
+        if pattern:
+            r.set("layers_pattern", names(pattern if isinstance(pattern, list) else [pattern]), "layers_pattern")
+        else:
+            r.ignore("layers_pattern", "none: the first numbered name (PEFT)")
+    else:
+        r.ignore("layers_to_transform", "none: every layer")
+        r.ignore("layers_pattern", "used only with layers_to_transform")
+    tokens = r.get("trainable_token_indices", None)
+    if isinstance(tokens, dict):  # {module name: ids}: the embedding's own name only (the estimate models it)
+        r.not_modelled("trainable_token_indices", "rows of a named module: pass --trainable-tokens with the input "
+                                                  "embedding's ids", active=lambda v: True)
+    elif tokens:
+        r.set("trainable_token_indices", parse_token_indices(tokens), "trainable_token_indices")
+    else:
+        r.ignore("trainable_token_indices", "none")
     for name, why in NOT_MODELLED.items():
         r.not_modelled(name, why)
     r.ignore("alpha_pattern", "alphas: no memory effect")

@@ -124,6 +124,18 @@ class LengthReport:
     activations: list[ActivationRow] | None = None
     model: str | None = None
     special_tokens: SpecialTokens | None = None
+    loss_positions_max: int | None = None  # most shifted loss positions of one example within seq_len (None: text)
+
+    def loss_token_share(self) -> float | None:
+        """The largest share of one row's ``seq_len - 1`` scored positions whose label is not -100, over the
+        examples (positions 1..min(len, seq_len)-1: the causal shift drops label 0): what TRL's fused head scores
+        in the worst micro-batch, as ``--loss-token-share``; None for text data (every token carries loss).
+
+        Worked: seq_len 8, an example of 6 tokens with labels [-100, -100, -100, 4, 5, 6] has 3 loss positions of
+        7: share 3/7 = 0.43 if no example has more."""
+        if self.loss_positions_max is None:
+            return None
+        return min(1.0, max(self.loss_positions_max, 1) / (self.seq_len - 1))
 
     @property
     def p95(self) -> int:
@@ -321,7 +333,8 @@ def analyse_lengths(
     report = length_report(counter.lengths(), seq_len=seq_len, batch=batch, mode=spec.mode, skipped=skipped,
                            source=str(data), tokenizer=tokenizer_name(tok), seed=seed,
                            loss_tokens=counter.loss, loss_tokens_truncated=counter.loss_cut)
-    return replace(report, special_tokens=special_tokens(tok))
+    return replace(report, special_tokens=special_tokens(tok),
+                   loss_positions_max=counter.loss_max if spec.mode != "text" else None)
 
 
 class _LengthCounter:
@@ -333,6 +346,7 @@ class _LengthCounter:
         self.count_loss = count_loss
         self.loss = 0
         self.loss_cut = 0
+        self.loss_max = 0  # most loss labels at positions 1..min(len, seq_len)-1 of one example
         self.skipped: list[Skipped] = []
         self._chunks: list[np.ndarray] = []
 
@@ -348,10 +362,13 @@ class _LengthCounter:
         carries = np.fromiter(chain.from_iterable(e.labels for e in examples), dtype=np.int64,
                               count=int(lens.sum())) != IGNORE_INDEX
         self.loss += int(carries.sum())
+        csum = np.concatenate(([0], np.cumsum(carries)))
+        starts = np.cumsum(lens) - lens
+        kept = lens > 0
+        within = csum[starts[kept] + np.minimum(lens[kept], self.seq_len)] - csum[starts[kept] + 1]
+        self.loss_max = max(self.loss_max, int(within.max(initial=0)))
         long = np.flatnonzero(lens > self.seq_len)
         if long.size:  # loss tokens at positions >= seq_len of each longer example
-            csum = np.concatenate(([0], np.cumsum(carries)))
-            starts = np.cumsum(lens) - lens
             self.loss_cut += int((csum[starts[long] + lens[long]] - csum[starts[long] + self.seq_len]).sum())
 
     def lengths(self) -> np.ndarray:

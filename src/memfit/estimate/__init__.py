@@ -9,6 +9,7 @@ import types as _types
 from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
+from memfit.estimate.adapter import lora_trainable_params
 from memfit.estimate.arch import REGISTRY, Architecture, BlockLayout
 from memfit.estimate.block_parts import Linear, Norm
 from memfit.estimate.budget import MemoryEstimate, estimate_memory
@@ -18,7 +19,7 @@ from memfit.estimate.config_file import read_config_file
 from memfit.estimate.explain import Explanation, explain_estimate
 from memfit.estimate.fits import FitVerdict, Headroom, Target
 from memfit.estimate.gpus import GpuSpec, gpu_table, resolve_gpu, smallest_fitting_gpu
-from memfit.estimate.lora import adapted_linears, lora_trainable_params
+from memfit.estimate.lora import adapted_linears
 from memfit.estimate.moments import Moment
 from memfit.estimate.params import ParamCount, count_params
 from memfit.estimate.shape import ModelShape, validate_config

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
+from memfit.estimate.adapter import trainable_tokens
 from memfit.estimate.category import Category
 from memfit.estimate.constants import INT64_BYTES
 from memfit.estimate.evaluation import eval_moments, eval_summary
@@ -190,7 +191,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     resid_grad = T * shape.hidden * (4 if spec.is_quantised else spec.weight_bytes)
     G = st.gradients
     g_head = st.grads_head + st.grads_other
-    g_layers = st.grads_per_layer * n
+    # --layers-to-transform: the adapted layers' gradients only (else the typical block's times L, as before)
+    g_layers = st.grads_blocks if spec.layers_to_transform else st.grads_per_layer * n
     acts_fwd = blocks + other_saved + act.head
     upcast = act.logits_bytes + (Vf if act.logits_bytes != Vf else 0)  # logits + their fp32 copy
     out = [
@@ -251,6 +253,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     # CPU steps, torch 2.13: 3 x the embedding's bytes alive beside the other gradients); G books one of them
     tied = shape.tie_embeddings and spec.method == "full"
     tied_extra = 2 * shape.vocab * shape.embed_dim * spec.weight_bytes if tied else 0  # the token embedding only
+    if trainable_tokens(shape, spec):  # the dense (V, h) gradient of the merged table (estimate/adapter.py)
+        tied_extra += shape.vocab * shape.embed_dim * (4 if spec.is_quantised else spec.weight_bytes)
     out.append(Moment(phase="backward", label="backward: embeddings", parts={**base, GRADS: G, TEMPS: tied_extra}))
     if spec.grad_accum > 1:
         out = [_accumulating(m, G) for m in out]

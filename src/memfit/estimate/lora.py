@@ -370,15 +370,3 @@ def saved_modules(shape: ModelShape, spec: RunSpec) -> tuple[SavedModule, ...]:
 def modules_to_save_params(shape: ModelShape, spec: RunSpec) -> int:
     """Parameters of the trained copies of ``--modules-to-save`` (token embedding: V*h; output layer: V*h)."""
     return sum(m.numel for m in saved_modules(shape, spec))
-
-
-def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
-    """Trainable parameters of a LoRA / QLoRA run, as PEFT's ``print_trainable_parameters`` counts them.
-
-    ``L * sum(r * (in + out))`` over the adapted linears (per layer kind), plus the ``modules_to_save`` copies.
-    """
-    if not spec.is_adapter:
-        raise MemfitError("lora_trainable_params needs --method lora or qlora")
-    adapted_linears(shape, spec)  # the targets' check, against every layer kind
-    return sum(n * lora_params_per_layer(sub, spec) for sub, n in shape.layer_groups()) + modules_to_save_params(
-        shape, spec)

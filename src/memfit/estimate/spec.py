@@ -35,6 +35,7 @@ AdamWImpl = Literal["fused", "foreach", "forloop"]  # torch.optim.AdamW(fused=Tr
 Checkpointing = Literal["none", "full", "every-k", "sqrt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Device = Literal["cuda", "cpu"]
+Bias = Literal["none", "all", "lora_only"]  # PEFT LoraConfig.bias: which biases train beside the adapters
 Loss = Literal["standard", "chunked", "trl"]  # trl: TRL SFTTrainer's fused LM head (estimate/trl_loss.py)
 Sharding = Literal["none", "zero1", "zero2", "zero3",  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
                    "ddp", "fsdp", "hsdp"]  # DDP (replicas + buckets), FSDP2 fully_shard, hybrid: estimate/sharding
@@ -93,6 +94,10 @@ class RunSpec:
     targets_regex: str = ""  # PEFT target_modules as a str: re.fullmatch over full module names (lora.py)
     rank_pattern: tuple[tuple[str, int], ...] = ()  # PEFT rank_pattern {regex: r}, in order (lora.rank_of)
     use_dora: bool = False  # PEFT LoraConfig(use_dora=True): magnitudes and weight norm (activations/ops.py)
+    layers_to_transform: tuple[int, ...] = ()  # PEFT layers_to_transform: adapters on these decoder layers only
+    layers_pattern: tuple[str, ...] = ()  # PEFT layers_pattern: the ModuleList name the layer index follows
+    trainable_token_indices: tuple[int, ...] = ()  # PEFT LoraConfig.trainable_token_indices: embedding rows trained
+    bias: Bias = "none"  # PEFT bias: "all" trains every parameter named *.bias, "lora_only" the adapted linears'
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -104,6 +109,7 @@ class RunSpec:
         _check_choice("loss", self.loss, Loss)
         _check_choice("sharding", self.sharding, Sharding)
         _check_choice("adamw_impl", self.adamw_impl, AdamWImpl)
+        _check_choice("bias", self.bias, Bias)
         for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus", "nodes", "prefetch",
                      "bucket_mb"):
             value = getattr(self, name)
@@ -113,6 +119,11 @@ class RunSpec:
             raise MemfitError("--targets-regex and --targets both choose LoRA's targets (PEFT's target_modules is a "
                               "regular expression or a list): pass one")
         object.__setattr__(self, "rank_pattern", parse_rank_pattern(self.rank_pattern))  # a dict from Python too
+        object.__setattr__(self, "layers_to_transform", parse_layers(self.layers_to_transform))
+        object.__setattr__(self, "layers_pattern", parse_targets(self.layers_pattern, flag="--layers-pattern")
+                           if isinstance(self.layers_pattern, str) else tuple(self.layers_pattern))
+        _check_layers(self)
+        object.__setattr__(self, "trainable_token_indices", parse_token_indices(self.trainable_token_indices))
         for key, r in self.rank_pattern:
             if isinstance(r, bool) or not isinstance(r, int) or r < 1:
                 raise MemfitError(f"--rank-pattern {key}={r!r}: a rank must be a positive integer")
@@ -154,6 +165,12 @@ class RunSpec:
             if self.exclude_modules:
                 raise MemfitError("--exclude-modules narrows LoRA's targets; --method full trains every weight: "
                                   "drop it or pass --method lora")
+            if self.trainable_token_indices:
+                raise MemfitError("--trainable-tokens trains some embedding rows beside LoRA; --method full trains "
+                                  "the whole embedding already: drop it or pass --method lora")
+            if self.bias != "none":
+                raise MemfitError(f"--bias {self.bias} is PEFT's choice of biases trained beside LoRA; --method full "
+                                  "trains every bias already: drop it or pass --method lora")
             if self.use_dora:
                 raise MemfitError("--dora decomposes LoRA's update (PEFT use_dora); --method full has no adapter: "
                                   "drop --dora or pass --method lora")
@@ -215,6 +232,9 @@ class RunSpec:
         d["modules_to_save"] = list(self.modules_to_save)
         d["exclude_modules"] = list(self.exclude_modules)
         d["rank_pattern"] = dict(self.rank_pattern)
+        d["layers_to_transform"] = list(self.layers_to_transform)
+        d["layers_pattern"] = list(self.layers_pattern)
+        d["trainable_token_indices"] = list(self.trainable_token_indices)
         return d
 
     @classmethod
@@ -249,7 +269,7 @@ class RunSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         d = dict(d)
-        for key in ("targets", "modules_to_save", "exclude_modules"):
+        for key in ("targets", "modules_to_save", "exclude_modules", "layers_pattern"):
             if key in d and d[key] is not None:
                 d[key] = tuple(d[key])
         if "rank_pattern" in d:
@@ -292,6 +312,70 @@ def parse_rank_pattern(value: Any) -> tuple[tuple[str, int], ...]:
     else:
         items = [tuple(i) for i in value]
     return tuple((str(k), r) for k, r in items)
+
+
+def parse_layers(value: Any) -> tuple[int, ...]:
+    """PEFT's ``layers_to_transform`` (an int or a list of ints) or ``"0,1,5"`` / ``"0-3,8"`` -> sorted distinct
+    layer indexes ``(0, 1, 5)`` / ``(0, 1, 2, 3, 8)``; None -> ``()`` (every layer)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, bool):
+        raise MemfitError(f"--layers-to-transform {value!r}: list layer indexes, e.g. 0,1,5 or 0-3")
+    if isinstance(value, int):
+        items: list[Any] = [value]
+    elif isinstance(value, str):
+        items = []
+        for part in (p.strip() for p in value.split(",")):
+            lo, sep, hi = part.partition("-")
+            if not lo.strip().isdigit() or (sep and not hi.strip().isdigit()):
+                raise MemfitError(f"--layers-to-transform {value!r}: list layer indexes (from 0) or ranges, e.g. "
+                                  "0,1,5 or 0-3,8")
+            a, b = int(lo), int(hi) if sep else int(lo)
+            if b < a:
+                raise MemfitError(f"--layers-to-transform {value!r}: the range {part} runs backwards; write {b}-{a}")
+            items.extend(range(a, b + 1))
+    else:
+        items = list(value)
+    if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in items):
+        raise MemfitError(f"--layers-to-transform {value!r}: layer indexes are integers from 0, e.g. 0,1,5")
+    return tuple(sorted(set(items)))
+
+
+def parse_token_indices(value: Any) -> tuple[int, ...]:
+    """PEFT's ``trainable_token_indices`` list (or ``"5,7,128000"``) -> ``(5, 7, 128000)``, order and repeats kept
+    (PEFT keeps the list as given: one delta row per entry)."""
+    if value is None or value == "":
+        return ()
+    items = [p.strip() for p in value.split(",")] if isinstance(value, str) else list(value)
+    out = []
+    for i in items:
+        if isinstance(i, str) and i.isdigit():
+            i = int(i)
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise MemfitError(f"--trainable-tokens {value!r}: list token ids (from 0), e.g. 128000,128001")
+        out.append(i)
+    return tuple(out)
+
+
+def _check_layers(spec: RunSpec) -> None:
+    """PEFT 0.21.2 ``LoraConfig.__post_init__``: ``layers_to_transform`` and ``layers_pattern`` need a list
+    ``target_modules`` (not a regular expression, nor ``"all-linear"``, also a str there), and ``layers_pattern``
+    needs ``layers_to_transform``."""
+    if spec.layers_pattern and not spec.layers_to_transform:
+        raise MemfitError("--layers-pattern names the layer list --layers-to-transform indexes (PEFT: 'When "
+                          "layers_pattern is specified, layers_to_transform must also be specified'): add "
+                          "--layers-to-transform or drop --layers-pattern")
+    if spec.layers_to_transform and spec.targets_regex:
+        raise MemfitError("--layers-to-transform cannot be used with --targets-regex (PEFT: 'layers_to_transform "
+                          "cannot be used when target_modules is a str'): name the targets with --targets, or put "
+                          "the layer indexes in the regular expression")
+    if spec.layers_to_transform and spec.targets == (ALL_LINEAR,):
+        raise MemfitError("--layers-to-transform cannot be used with --targets all-linear (PEFT 0.21.2: "
+                          "'layers_to_transform cannot be used when target_modules is a str'): list the linears, "
+                          "e.g. --targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+    if spec.layers_to_transform and spec.method == "full":
+        raise MemfitError("--layers-to-transform chooses the layers LoRA adapts; --method full trains every weight: "
+                          "drop it or pass --method lora")
 
 
 def _check_choice(name: str, value: object, choices: Any) -> None:

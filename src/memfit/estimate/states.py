@@ -64,6 +64,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from memfit.estimate.adapter import (
+    adapted_layers,
+    adapter_layer_groups,
+    bias_layer_groups,
+    bias_size,
+    trainable_tokens,
+    trained_biases,
+)
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import CUDA_BLOCK_BYTES, FP32_BYTES
 from memfit.estimate.lora import adapted_linears, block_linears, lora_rank, rank_of, saved_modules
@@ -103,6 +111,12 @@ class ModelStates:
     @property
     def total(self) -> int:
         return self.weights_frozen + self.weights_trainable + self.gradients + self.optimizer
+
+    @property
+    def grads_blocks(self) -> int:
+        """Gradient bytes of every decoder block's trainable tensors (the gradients outside the head, the
+        embeddings and the final norm)."""
+        return self.gradients - self.grads_head - self.grads_embed - self.grads_other
 
     def to_dict(self) -> dict[str, int]:
         return {"weights_frozen": self.weights_frozen, "weights_trainable": self.weights_trainable,
@@ -228,8 +242,20 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     fp32_routers = fp32_router_extra(shape, w)
     adapted_linears(shape, spec)  # the targets' check, against every layer kind
     # each block kind's trainable tensors and its number of layers; the last layer's kind is the typical block
-    groups = [(_block_tensors(sub, spec), n) for sub, n in shape.layer_groups()]
-    per_layer_tensors = _block_tensors(shape.layer_shape(shape.n_layers - 1), spec)
+    # (--layers-to-transform: the adapted layers only, and the last layer may have no adapter)
+    trained = adapter_layer_groups(shape, spec) if spec.is_adapter else shape.layer_groups()
+    groups = [(_block_tensors(sub, spec), n) for sub, n in trained]
+    last = shape.n_layers - 1
+    per_layer_tensors = _block_tensors(shape.layer_shape(last), spec) if adapted_layers(shape, spec)[last] or \
+        spec.method == "full" else []
+    # --bias: the trained biases, in the weights' dtype (fp32 under a quantised base), per layer kind
+    bias_b = FP32_BYTES if spec.is_quantised else w
+    bias_groups = [([(bias_size(p), bias_b, 0) for p in trained_biases(sub, spec)[0]], n)
+                   for sub, n in bias_layer_groups(shape, spec)] if spec.bias != "none" else []
+    groups += bias_groups
+    if spec.bias == "all" or (spec.bias == "lora_only" and adapted_layers(shape, spec)[last]):
+        per_layer_tensors = per_layer_tensors + [(bias_size(p), bias_b, 0)
+                                                 for p in trained_biases(shape.layer_shape(last), spec)[0]]
     all_blocks = [t for tensors, _ in groups for t in tensors]
     blocks_optimizer = sum(optimizer_bytes(tensors, spec) * n for tensors, n in groups)
     blocks_tensors = sum(len(tensors) * n for tensors, n in groups)
@@ -271,9 +297,17 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     mts_b = FP32_BYTES if spec.is_quantised else w
     head_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "head"]
     emb_t = [(m.numel, mts_b, m.rows + m.cols) for m in saved if m.role == "embed"]
-    rest = head_t + emb_t
+    top_biases = [(n, bias_b, 0) for n in trained_biases(shape, spec)[1]]  # --bias all: final norm, lm_head
+    k = trainable_tokens(shape, spec)
+    if k:  # --trainable-tokens: the delta rows (k, h) in the table's dtype
+        emb_t.append((k * shape.embed_dim, mts_b, k + shape.embed_dim))
+    rest = head_t + emb_t + top_biases
     tensors = all_blocks + rest
-    trainable_bytes = lora_params * FP32_BYTES + mts * mts_b
+    block_biases = sum(sum(n for n, _, _ in ts) * layers for ts, layers in bias_groups)
+    lora_params -= block_biases  # the groups' sum above counted them
+    biases = block_biases + sum(n for n, _, _ in top_biases)
+    tokens = k * shape.embed_dim
+    trainable_bytes = lora_params * FP32_BYTES + mts * mts_b + biases * bias_b + tokens * mts_b
     if spec.is_quantised:
         # each block linear quantised on its own (its blocks, its maps), per layer kind; the rest upcast to fp32
         # by PEFT's prepare_model_for_kbit_training
@@ -288,18 +322,21 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
         frozen = quantised + (pc.total - lin_numel) * FP32_BYTES
     else:
         frozen = pc.total * w + fp32_routers
+    frozen -= biases * bias_b  # a trained bias is the base's own tensor, not a copy
+    frozen += tokens * mts_b  # --trainable-tokens: the original rows, kept as a buffer
     opt = blocks_optimizer + optimizer_bytes(rest, spec)
     if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit") and any(n >= ADAM8_MIN_SIZE for n, _, _ in tensors):
         opt += ADAM8_QMAP_BYTES
     return ModelStates(
         weights_frozen=frozen, weights_trainable=trainable_bytes, gradients=trainable_bytes,
         optimizer=0 if spec.is_paged else opt, paged_optimizer=opt if spec.is_paged else 0,
-        trainable_params=lora_params + mts, frozen_params=pc.total,
+        trainable_params=lora_params + mts + biases + tokens, frozen_params=pc.total - biases,
         largest_tensor=max((n * b for n, b, _ in tensors), default=0),
         adafactor_step=max((adafactor_step_bytes(*t) for t in tensors), default=0),
         n_tensors=blocks_tensors + len(rest),
         grads_per_layer=sum(n * b for n, b, _ in per_layer_tensors),
-        grads_head=sum(n * b for n, b, _ in head_t), grads_embed=sum(n * b for n, b, _ in emb_t), grads_other=0,
+        grads_head=sum(n * b for n, b, _ in head_t), grads_embed=sum(n * b for n, b, _ in emb_t),
+        grads_other=sum(n * b for n, b, _ in top_biases),
     )
 
 

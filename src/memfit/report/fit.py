@@ -87,6 +87,16 @@ def step_cost(action: str, facts: Mapping[str, Any], time_factor: float, *, time
         return f"quality: trains a rank-{facts['rank']} LoRA adapter instead of every weight"
     if action == "quantize":
         return f"some quality: a 4-bit NF4 base (QLoRA); time x{f:.2f} assumed (dequantisation)"
+    if action == "eval_accumulation":
+        return (f"a little evaluation time: the kept logits go to the host every {facts['eval_accumulation_steps']} "
+                f"eval steps (--eval-accumulation-steps; {facts['from_kept']} steps' logits were on the GPU at once); "
+                "training unchanged")
+    if action == "eval_batch":
+        return (f"evaluation time: eval batch {facts['from_eval_batch']} -> {facts['to_eval_batch']} "
+                "(--eval-batch, per_device_eval_batch_size); training unchanged")
+    if action == "prediction_loss_only":
+        return ("the metrics: --prediction-loss-only keeps no logits, so compute_metrics gets none (the eval loss "
+                "stays); training unchanged")
     if action == "rank":
         r0, r1 = facts["from_rank"], facts["to_rank"]
         return f"capacity: rank {r0} -> {r1} ({r0 // r1}x fewer adapter parameters); saves the least of any step"
@@ -123,6 +133,8 @@ def skip_reason(action: str, reason: str, facts: Mapping[str, Any]) -> str:
         return f"rank {facts['rank']} is already at most {facts['min_rank']}"
     if reason == "no_rank":
         return "full fine-tuning has no rank"
+    if reason == "not_eval_peak":
+        return "the evaluation step is not the peak"
     if reason == "saves_too_little":
         saved = int(facts["saved_bytes"])
         return "saves nothing here" if saved <= 0 else f"saves only {saved / BYTES_PER_MIB:,.1f} MiB here"

@@ -358,6 +358,10 @@ def lora_config(spec: RunSpec, model_type: str | None = None) -> Any:
         exclude_modules=list(spec.exclude_modules) or None,
         rank_pattern=dict(spec.rank_pattern),
         use_dora=spec.use_dora,
+        layers_to_transform=list(spec.layers_to_transform) or None,
+        layers_pattern=list(spec.layers_pattern) or None,
+        bias=spec.bias,
+        trainable_token_indices=list(spec.trainable_token_indices) or None,
         task_type="CAUSAL_LM",
     )
 

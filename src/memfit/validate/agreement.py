@@ -110,6 +110,13 @@ class MatrixRow:
             targets += f" less {','.join(s.exclude_modules)}"
         if s.rank_pattern:
             targets += " ranks " + ",".join(f"{k}={r}" for k, r in s.rank_pattern)
+        if s.layers_to_transform:
+            targets += f" layers {','.join(map(str, s.layers_to_transform))}" + (
+                f" of {','.join(s.layers_pattern)}" if s.layers_pattern else "")
+        if s.bias != "none":
+            targets += f" bias {s.bias}"
+        if s.trainable_token_indices:
+            targets += f" tokens {','.join(map(str, s.trainable_token_indices))}"
         method = s.method if s.method == "full" else f"{'dora' if s.use_dora else s.method}[{targets}]" + (
             " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
@@ -317,7 +324,7 @@ def full_matrix() -> list[MatrixRow]:
     rows, the rows past a sliding window and those with dense-MLP layers among MoE ones."""
     return [MatrixRow(model=m, config=scaled_config(m, h, n), spec=_fit_spec(m, s))
             for m, h, n in SCALED_MODELS for s in SPEC_GRID] + dropout_matrix() + optimizer_matrix() + window_matrix() \
-        + layer_kind_matrix() + offload_matrix() + quant_matrix() + dora_matrix()
+        + layer_kind_matrix() + offload_matrix() + quant_matrix() + dora_matrix() + peft_layer_matrix()
 
 
 def layer_kind_matrix() -> list[MatrixRow]:
@@ -342,6 +349,15 @@ def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROW
                 ) -> list[MatrixRow]:
     """The --dora and PEFT option rows (:mod:`memfit.validate.rows_dora`; ``FAST_DORA_ROWS`` for the fast subset)."""
     return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in rows]
+
+
+def peft_layer_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] | None = None) -> list[MatrixRow]:
+    """The --layers-to-transform, --bias and --trainable-tokens rows (:mod:`memfit.validate.rows_peft`; ``FAST_*``
+    for the fast subsets)."""
+    from memfit.validate.rows_peft import BIAS_ROWS, LAYER_ROWS, TOKEN_ROWS
+
+    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s))
+            for m, fields, s in (LAYER_ROWS + BIAS_ROWS + TOKEN_ROWS if rows is None else rows)]
 
 
 def dropout_matrix() -> list[MatrixRow]:

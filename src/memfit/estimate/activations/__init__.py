@@ -27,6 +27,7 @@ from memfit.estimate.activations.embedding import embed, rotary_tables
 from memfit.estimate.activations.head import head_and_loss
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import Saved, SymTensor
+from memfit.estimate.adapter import adapted_layers
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.estimate.lora import adapted_linears, block_linears
 from memfit.estimate.shape import ModelShape
@@ -154,11 +155,17 @@ def sdpa_masked_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
     return tuple(t == "sliding" for t in shape.layer_types)
 
 
-def _layer_replay(rp: Replay, kind: tuple[ModelShape, bool]) -> Replay:
+Kind = tuple[ModelShape, bool, bool]  # a layer's block kind, whether its sdpa takes a mask, whether it is adapted
+
+
+def _layer_replay(rp: Replay, kind: Kind) -> Replay:
     """The replay of a layer of ``kind``: its block kind (:meth:`ModelShape.layer_shape`: a MoE model's dense-MLP
-    layers) and whether its sdpa call takes a mask (the padding-mask path), on the same tape."""
-    model, masked = kind
-    if model is not rp.model:
+    layers), whether its sdpa call takes a mask (the padding-mask path) and whether PEFT adapts it
+    (``--layers-to-transform``), on the same tape."""
+    model, masked, adapted = kind
+    if not adapted:
+        rp = replace(rp, model=model, adapted=frozenset())
+    elif model is not rp.model:
         rp = replace(rp, model=model, adapted=frozenset(lin.path for lin in adapted_linears(model, rp.spec,
                                                                                              check=False)))
     return replace(rp, spec=rp.spec.with_(padding_mask=True)) if masked else rp
@@ -172,7 +179,8 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     block of each is replayed after it and ``layers_extra`` adds the difference for each such layer."""
     t, m = rp.tape, rp.model
     masked = sdpa_masked_layers(m, rp.spec)
-    kinds = [(m.layer_shape(i), masked[i]) for i in range(m.n_layers)]
+    adapted = adapted_layers(m, rp.spec) if rp.spec.is_adapter else (True,) * m.n_layers
+    kinds = [(m.layer_shape(i), masked[i], adapted[i]) for i in range(m.n_layers)]
     rope_storages = {r.storage for r in rope} if rope is not None else set()
     mark = t.mark()
     x1 = block_forward(_layer_replay(rp, kinds[0]), x, rope)
@@ -184,13 +192,16 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
         return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
                        first_out=x1, last=x1, forward=t.forward_peak(mark))
-    typical = (kinds[-1][0], masked[1])
+    if not all(adapted):
+        return _replay_layer_by_layer(rp, kinds, x1, rope, first=first, backward_first=backward_first,
+                                      shared=shared, rope_storages=rope_storages)
+    typical = (kinds[-1][0], masked[1], True)
     mark = t.mark()
     x2 = block_forward(_layer_replay(rp, typical), x1, rope)
     per_saved, backward_per, forward = t.saved_since(mark), t.backward_peak(mark), t.forward_peak(mark)
     shared = shared or (rope_storages & per_saved.keys())
     per = _by_component(per_saved, shared)
-    others: dict[tuple[ModelShape, bool], int] = {}
+    others: dict[Kind, int] = {}
     for kind in kinds[1:]:
         if kind != typical:
             others[kind] = others.get(kind, 0) + 1
@@ -205,6 +216,39 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
                    first_out=x1, last=x2, layers_extra=extra, forward=forward,
                    held_per=sum(t.held.get(s, 0) for s in per_saved if s != x1.storage))
+
+
+def _replay_layer_by_layer(rp: Replay, kinds: list[Kind], x1: SymTensor, rope: Rope | None, *,
+                           first: dict[str, int], backward_first: int, shared: set[int],
+                           rope_storages: set[int]) -> _Blocks:
+    """Layers 1..L-1 when some have no adapter (``--layers-to-transform``): what a block saves depends on its kind
+    and on whether its input requires grad (a frozen layer before the first adapted one saves nothing, one after
+    it saves what the input gradient needs), so each (kind, input requires grad) is replayed once, in layer order,
+    and a later layer of the same pair takes its bytes. The typical block is the last layer; ``layers_extra`` adds
+    every other layer's difference from it."""
+    t = rp.tape
+    seen: dict[tuple[Kind, bool], tuple[dict[int, Saved], int, tuple[int, int], bool, int]] = {}
+    order: list[tuple[Kind, bool]] = []
+    x = x1
+    for kind in kinds[1:]:
+        key = (kind, x.requires_grad)
+        order.append(key)
+        if key in seen:  # the same block on the same kind of input: a fresh output, as its replay gave
+            x = t.new(x.shape, x.itemsize, seen[key][3])
+            continue
+        mark = t.mark()
+        out = block_forward(_layer_replay(rp, kind), x, rope)
+        seen[key] = (t.saved_since(mark), t.backward_peak(mark), t.forward_peak(mark), out.requires_grad, x.storage)
+        x = out
+    shared = shared or (rope_storages & {s for saved, *_ in seen.values() for s in saved})
+    sizes = {key: sum(_by_component(v[0], shared).values()) for key, v in seen.items()}
+    per_saved, backward_per, forward, _, x_in = seen[order[-1]]
+    per = _by_component(per_saved, shared)
+    return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
+                   backward_first=backward_first, backward_per=backward_per,
+                   input_saved=per_saved[x_in].nbytes if x_in in per_saved else 0,
+                   first_out=x1, last=x, layers_extra=sum(sizes[key] for key in order) - len(order) * sizes[order[-1]],
+                   forward=forward, held_per=sum(t.held.get(s, 0) for s in per_saved if s != x_in))
 
 
 def _check_run(rp: Replay) -> None:

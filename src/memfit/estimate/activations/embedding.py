@@ -8,6 +8,7 @@ from dataclasses import replace
 from memfit.estimate.activations import ops
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import SymTensor
+from memfit.estimate.adapter import trainable_tokens
 from memfit.estimate.constants import INT64_BYTES
 from memfit.estimate.lora import saved_modules
 
@@ -19,11 +20,14 @@ def embed(rp: Replay) -> SymTensor:
     embedding narrower than h (OPT's ``word_embed_proj_dim``) goes through ``project_in`` first."""
     t, m, lay = rp.tape, rp.model, rp.model.layout
     b, s = rp.batch, rp.seq
-    trained = rp.full or any(mod.role == "embed" for mod in saved_modules(m, rp.spec))
+    tokens = trainable_tokens(m, rp.spec)  # --trainable-tokens: the merged table requires grad
+    trained = rp.full or any(mod.role == "embed" for mod in saved_modules(m, rp.spec)) or tokens > 0
     resid = rp.float_itemsize
     ids = t.new((b, s), INT64_BYTES, False)
     if trained:
         t.save(ids, "embedding")
+    if tokens:  # TrainableTokensLayer: index_copy keeps its int64 index (k) for the delta's gradient
+        t.save(t.new((tokens,), INT64_BYTES, False), "embedding")
     x = t.new((b, s, m.embed_dim), resid, trained)
     if m.embed_proj_dim:  # OPT's project_in: (b, s, embed_dim) -> (b, s, h), no bias
         x = t.linear(x, t.weight((m.hidden, m.embed_dim), resid, rp.full), m.hidden, "embedding")

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.estimate.activations.tape import SymTensor, Tape
+from memfit.estimate.adapter import trains_bias
 from memfit.estimate.block_parts import Linear
 from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES, INT64_BYTES
 from memfit.estimate.lora import adapted_linears, lora_rank, rank_of
@@ -98,9 +99,9 @@ def linear(rp: Replay, x: SymTensor, lin: Linear, component: str) -> SymTensor:
         if lin.bias and t.autocast and (rp.model.layout.bias_add_promotes or lin.experts > 1):
             # (x @ W.T) + b outside F.linear (FalconLinear; fused experts' x @ W[e] + b[e]): the fp32 bias wins
             out = t.new(out.shape, rp.spec.weight_bytes, out.requires_grad)
-    if lin.path not in rp.adapted:
-        return out
-    return _lora(rp, x, lin, out)
+    if lin.bias and not out.requires_grad and trains_bias(rp.spec, lin.path in rp.adapted):  # --bias: it needs grad
+        out = t.op((x,), t.new(out.shape, out.itemsize, True))
+    return out if lin.path not in rp.adapted else _lora(rp, x, lin, out)
 
 
 def _lora(rp: Replay, x: SymTensor, lin: Linear, base: SymTensor) -> SymTensor:
@@ -234,7 +235,7 @@ def layernorm(rp: Replay, x: SymTensor, component: str) -> SymTensor:
     """``nn.LayerNorm``: saves x, the mean and the rstd (per row; fp32 on CUDA or for fp32 x, else x's dtype)
     when x or the affine weight requires grad."""
     t = rp.tape
-    rg = x.requires_grad or rp.full
+    rg = x.requires_grad or rp.full or (rp.spec.bias == "all" and rp.model.layout.norm_bias)  # --bias all: it trains
     if rg:
         t.save(x, component)
         stat = FP32_BYTES if (rp.spec.device == "cuda" or x.itemsize == FP32_BYTES) else x.itemsize

@@ -1,0 +1,184 @@
+"""What PEFT trains beyond one block's adapters, as PEFT 0.21.2 builds it: which decoder layers carry adapters
+(``layers_to_transform``, ``layers_pattern``), which biases train (``bias``), and the run's trainable total.
+
+``layers_to_transform`` (``peft/tuners/tuners_utils.py`` ``check_target_module_exists``): a targeted module is
+adapted only if the layer index read from its full name is listed; the index is the first numbered segment of
+the name (``model.layers.5.self_attn.q_proj`` -> 5), or with ``layers_pattern`` the one after that name.
+Worked: Llama-2-7B, r=16 on q_proj, v_proj, ``layers_to_transform=[0, 1, 5]``: 3 x 262,144 = 786,432 trainable
+parameters (all 32 layers: 8,388,608).
+
+The layers without an adapter still run in the graph: once an earlier layer's adapter makes the residual stream
+require grad, they save what their frozen ops need for the input gradient (the replay of each layer kind,
+:mod:`memfit.estimate.activations`); before the first adapted layer nothing requires grad and they save nothing.
+
+``bias`` (``BaseTuner._mark_only_adapters_as_trainable``): ``"all"`` sets ``requires_grad`` on every parameter whose
+name is ``bias`` or ends with ``.bias`` (the block linears', LayerNorms', the final norm's and a biased lm_head's),
+in every layer whatever ``layers_to_transform`` says; ``"lora_only"`` on the bias of each LoRA layer (the adapted
+linears'). They keep the weights' dtype (fp32 under QLoRA: ``prepare_model_for_kbit_training`` upcasts them) and
+train with gradients and optimizer states like any parameter. Worked: Qwen2.5-0.5B (24 layers, q/k/v biased:
+896 + 128 + 128), PEFT's default q_proj, v_proj, ``lora_only``: (896 + 128) * 24 = 24,576 biases; ``all``:
+(896 + 128 + 128) * 24 = 27,648 (RMSNorm has no bias).
+
+``trainable_token_indices`` (``peft/tuners/trainable_tokens/layer.py`` ``TrainableTokensLayer``): the input
+embedding gains a trained delta (k, h) and a frozen copy of the original rows (a buffer, k, h), both in the
+table's dtype, k the listed ids. Each forward builds ``W = weight.index_copy(0, index, delta)``, a (V, h) copy
+freed once the lookup is done, and keeps the int64 index for the backward; the backward's embedding gradient is
+dense, (V, h) in the table's dtype, before ``index_select`` takes the k rows that become the delta's gradient.
+Worked: Llama-2-7B (V 32,000, h 4,096, bf16), 2 ids: 8,192 trained parameters (16 KiB), and a 250 MiB gradient
+temporary at the end of the backward. A tied lm_head is wrapped as well (PEFT ties the adapter) and its
+``F.linear`` keeps its own merged (V, h) weight: not modelled (refused; trace and measure run it).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from memfit.errors import MemfitError
+from memfit.estimate.block_parts import Linear, Norm
+from memfit.estimate.lora import adapted_linears, lora_params_per_layer, modules_to_save_params, saved_modules
+from memfit.estimate.shape import ModelShape
+from memfit.estimate.spec import RunSpec
+
+
+def _layer_index(key: str, patterns: tuple[str, ...]) -> int | None:
+    """The layer index PEFT 0.21.2 ``check_target_module_exists`` reads from a full module name under
+    ``layers_to_transform``: the first numbered segment (``.*?\\.[^.]*\\.(\\d+)\\.``), or the one after a
+    ``layers_pattern`` name (``(?:^|.*?\\.)PATTERN\\.(\\d+)\\.``, the first pattern that matches)."""
+    if not patterns:
+        hit = re.match(r".*?\.[^.]*\.(?P<idx>\d+)\.", key)
+    else:
+        hit = None
+        for pattern in patterns:
+            hit = re.match(rf"(?:^|.*?\.){pattern}\.(?P<idx>\d+)\.", key)
+            if hit is not None:
+                break
+    return int(hit.group("idx")) if hit else None
+
+
+def adapted_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
+    """Whether PEFT adapts each decoder layer: all of them, or with ``--layers-to-transform`` those whose index
+    (:func:`_layer_index` of each targeted module's full name) is listed. A MemfitError for an index the model
+    does not have, for a listing that leaves no adapter (PEFT: "Target modules ... not found"), and for fused
+    experts (PEFT's ``target_parameters`` path does not read ``layers_to_transform``; not modelled here)."""
+    if not spec.is_adapter or not spec.layers_to_transform:
+        return (spec.is_adapter,) * shape.n_layers
+    return _adapted_layers(shape, spec.layers_to_transform, spec.layers_pattern, spec)
+
+
+@cache
+def _adapted_layers(shape: ModelShape, layers: tuple[int, ...], patterns: tuple[str, ...],
+                    spec: RunSpec) -> tuple[bool, ...]:
+    if spec.sharding not in ("none", "ddp"):
+        raise MemfitError(f"--layers-to-transform with --sharding {spec.sharding}: memfit estimate's sharded "
+                          "gradients assume the same adapters in every layer; not modelled yet: drop one of them, or "
+                          "run `memfit measure`")
+    n = shape.n_layers
+    beyond = [i for i in layers if i >= n]
+    if beyond:
+        raise MemfitError(f"--layers-to-transform {','.join(map(str, beyond))}: {shape.model_type} has {n} decoder "
+                          f"layers, indexed 0..{n - 1}")
+    prefix = shape.arch.names.model.layers
+    out = []
+    for i in range(n):
+        lins = adapted_linears(shape.layer_shape(i), spec, check=False)
+        if any(lin.experts > 1 or not lin.is_nn_linear for lin in lins):
+            raise MemfitError("--layers-to-transform with fused experts or a router adapted (all-linear on a MoE "
+                              "model, PEFT's target_parameters): not modelled by memfit estimate; name the attention "
+                              "projections in --targets, or run `memfit trace` or `memfit measure`")
+        hits = {_layer_index(f"{prefix}.{i}.{lin.path}", patterns) in layers for lin in lins}
+        if len(hits) > 1:
+            raise MemfitError(f"--layers-pattern {','.join(patterns)} gives the linears of layer {i} different layer "
+                              "indexes: memfit estimate models whole layers; run `memfit trace` or `memfit measure`")
+        out.append(bool(hits) and hits.pop())
+    if not any(out):
+        where = f" after {','.join(patterns)}" if patterns else ""
+        raise MemfitError(f"--layers-to-transform {','.join(map(str, layers))}{where} leaves no module with an adapter "
+                          f"(PEFT: 'Target modules ... not found'): its layers are {prefix}.0..{n - 1}"
+                          + (f"; drop --layers-pattern or use {prefix.rsplit('.', 1)[-1]}" if patterns else ""))
+    return tuple(out)
+
+
+def adapter_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelShape, int], ...]:
+    """:meth:`ModelShape.layer_groups` counting only the layers PEFT adapts (:func:`adapted_layers`)."""
+    flags = adapted_layers(shape, spec)
+    counts: dict[ModelShape, int] = {}
+    for i in range(shape.n_layers):
+        if flags[i]:
+            sub = shape.layer_shape(i)
+            counts[sub] = counts.get(sub, 0) + 1
+    return tuple(counts.items())
+
+
+def trained_biases(shape: ModelShape, spec: RunSpec) -> tuple[tuple[Linear | Norm, ...], tuple[int, ...]]:
+    """The block linears and norms of one block of ``shape``'s (uniform) kind whose bias trains under ``--bias``,
+    and the sizes of the biases outside the blocks that train (``all``: the final norm's, a biased lm_head's)."""
+    if spec.bias == "none" or not spec.is_adapter:
+        return (), ()
+    if shape.layout.moe is not None:
+        raise MemfitError(f"--bias {spec.bias} on a mixture of experts ({shape.model_type}: fused expert biases are "
+                          "not named *.bias): not modelled by memfit estimate; run `memfit trace` or `memfit measure`")
+    if spec.bias == "lora_only":
+        return tuple(lin for lin in adapted_linears(shape, spec, check=False) if lin.bias), ()
+    parts: tuple[Linear | Norm, ...] = tuple(lin for lin in shape.linears() if lin.bias) + tuple(
+        n for n in shape.norms() if n.bias)
+    top = ((shape.hidden,) if shape.final_norm and shape.layout.norm_bias else ()) + (
+        (shape.vocab,) if shape.layout.head_bias else ())
+    return parts, top
+
+
+def trains_bias(spec: RunSpec, adapted: bool) -> bool:
+    """Whether ``--bias`` trains a block linear's bias (``adapted``: the linear carries LoRA)."""
+    return spec.bias == "all" or (spec.bias == "lora_only" and adapted)
+
+
+def bias_size(part: Linear | Norm) -> int:
+    """Elements of a linear's or a norm's bias."""
+    return part.out_features if isinstance(part, Linear) else part.size
+
+
+def bias_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelShape, int], ...]:
+    """The layers whose biases train: every layer with ``all``, the adapted ones with ``lora_only``."""
+    return adapter_layer_groups(shape, spec) if spec.bias == "lora_only" else shape.layer_groups()
+
+
+def trained_bias_params(shape: ModelShape, spec: RunSpec) -> int:
+    """Elements of the biases ``--bias`` trains (module docstring)."""
+    if spec.bias == "none":
+        return 0
+    blocks = sum(n * sum(bias_size(p) for p in trained_biases(sub, spec)[0]) for sub, n in bias_layer_groups(shape,
+                                                                                                             spec))
+    return blocks + sum(trained_biases(shape, spec)[1])
+
+
+def trainable_tokens(shape: ModelShape, spec: RunSpec) -> int:
+    """k, the embedding rows ``--trainable-tokens`` trains (module docstring); 0 without it. A MemfitError for an id
+    past the vocabulary, for the embedding also in ``--modules-to-save`` (PEFT's error) and for tied embeddings."""
+    ids = spec.trainable_token_indices if spec.is_adapter else ()
+    if not ids:
+        return 0
+    beyond = [i for i in ids if i >= shape.vocab]
+    if beyond:
+        raise MemfitError(f"--trainable-tokens {','.join(map(str, beyond))}: past the vocabulary ({shape.vocab:,} "
+                          f"ids, 0..{shape.vocab - 1})")
+    if any(m.role == "embed" for m in saved_modules(shape, spec)):
+        raise MemfitError("--trainable-tokens and --modules-to-save both train the embedding (PEFT: 'The embedding "
+                          "layer is already marked to be trained fully'): pass one of them")
+    if shape.tie_embeddings:
+        raise MemfitError(f"--trainable-tokens on tied embeddings ({shape.model_type}: PEFT wraps the lm_head too, "
+                          "whose merged weight the estimate does not model); run `memfit trace` or `memfit measure`")
+    return len(ids)
+
+
+def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
+    """Trainable parameters of a LoRA / QLoRA run, as PEFT's ``print_trainable_parameters`` counts them.
+
+    ``L * sum(r * (in + out))`` over the adapted linears (per layer kind; L the adapted layers, all of them unless
+    ``--layers-to-transform``), plus the ``modules_to_save`` copies.
+    """
+    if not spec.is_adapter:
+        raise MemfitError("lora_trainable_params needs --method lora or qlora")
+    adapted_linears(shape, spec)  # the targets' check, against every layer kind
+    blocks = sum(n * lora_params_per_layer(sub, spec) for sub, n in adapter_layer_groups(shape, spec))
+    return blocks + modules_to_save_params(shape, spec) + trained_bias_params(shape, spec) + trainable_tokens(
+        shape, spec) * shape.embed_dim
