@@ -81,6 +81,9 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "cpu_offload_optimizer": (bool, typer.Option("--offload-optimizer/--no-offload-optimizer",
                                              help="keep the optimizer states and step in host memory")),
     "bucket_mb": (int, typer.Option("--bucket-mb", help="DDP gradient bucket size in MiB (torch default 25)")),
+    "fsdp_wrap": (str, typer.Option("--fsdp-wrap", help="FSDP2's units: layers (each decoder layer, then the root "
+                                    "holding embeddings, norm and lm_head; torchtitan) | accelerate (accelerate / the "
+                                    "Trainer: + the untied embedding, + [norm, lm_head] kept gathered)")),
     "loss_token_share": (float, typer.Option("--loss-token-share", help="share of positions whose label is not "
                                              "-100 (completion-only / assistant-only loss); with --loss trl on CUDA "
                                              "TRL scores only those")),
@@ -140,6 +143,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                           "optimizer states: it needs --sharding zero1, zero2, zero3, fsdp or hsdp"),
     "bucket_mb": (lambda s: s.sharding in ("ddp", "zero1"), "--bucket-mb is DDP's bucket size: it needs --sharding "
                   "ddp or zero1"),
+    "fsdp_wrap": (lambda s: s.sharding in _FSDP, "--fsdp-wrap picks FSDP2's units: it needs --sharding fsdp, hsdp, "
+                  "zero2 or zero3"),
     "adamw_impl": (lambda s: s.optimizer == "adamw", "--adamw-impl picks torch AdamW's kernel; it does nothing "
                    "with another --optimizer: drop it or pass --optimizer adamw"),
 }

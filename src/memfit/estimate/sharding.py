@@ -154,7 +154,9 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
     gpl, g_root = st.grads_per_layer, st.gradients - n * st.grads_per_layer
     grads = moment.parts.get(Category.GRADIENTS, 0)
     gathered = 0
-    if moment.phase == "forward":
+    if spec.fsdp_wrap == "accelerate" and not shape.tie_embeddings:
+        gathered = accelerate_untied(moment, shape, spec, st, parts, layer_w, root_w)
+    elif moment.phase == "forward":
         gathered = root_w + (n + 1 if keep else 1) * layer_w
     elif moment.phase == "backward" and moment.label.endswith("embeddings"):
         # the root's reduce-scatter: its gradients in full and their input copy; a tied root keeps its gathered
@@ -164,8 +166,8 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
             parts[Category.TEMPORARIES] = st.grads_embed
         if shape.tie_embeddings or spec.method != "full":
             gathered = root_w
-        else:  # a full fine-tune's embedding weight weighs its gradient
-            gathered = st.grads_embed
+        else:  # a full fine-tune's embedding weight weighs its gradient (gathered in bf16 under mixed-bf16)
+            gathered = st.grads_embed * 2 // spec.weight_bytes if spec.precision == "mixed-bf16" else st.grads_embed
             parts[Category.GRADIENTS] += -(-g_root // n_s)
     elif moment.phase == "backward":
         done = max(0, grads - st.grads_head - st.grads_other) // gpl if gpl else 0
@@ -180,6 +182,61 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
                                      + current * gpl + rs_buffer)
     parts[wcat] = parts.get(wcat, 0) + gathered
     return Moment(phase=moment.phase, label=moment.label, parts=parts)
+
+
+def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates, parts: dict[Category, int],
+                      layer_w: int, root_w: int) -> int:
+    """The gathered weight bytes of ``moment`` under accelerate 1.15.0's FSDP2 units with an untied embedding
+    (``fsdp2_prepare_model``: each decoder layer, the input embedding, the tail [final norm, lm_head] with
+    ``reshard_after_forward=False``, an empty root); sets ``parts``' gradients as that rank holds them.
+
+    - forward, at the loss: the tail gathered and its all-gather output (the last all-gather of the forward,
+      kept until the root's post-forward), every layer and the embedding too when they stay gathered;
+    - backward before the first layer: the tail and the layer(s) prefetched; the head's gradients in full, and
+      at the tail's reduce-scatter (its post-backward, once the logits' gradient is freed) twice, with the 1/N
+      output (measured: scaled Pythia, zero2 over 2 ranks);
+    - backward in the layers: the tail resharded and its gradients reduce-scattered (1/N; its reduce-scatter
+      input kept until the next reduce-scatter), the layer computing and those prefetched, and the embedding
+      once the prefetch reaches it (the backward order is tail, last layer ... first layer, embedding);
+    - the embedding's reduce-scatter (the backward's last moment): its weight gathered, its gradient in full,
+      the reduce-scatter's input copy and 1/N output, every other gradient 1/N.
+
+    With a tied embedding the tail holds the embedding too and is gathered from the forward's start to the
+    backward's end, as the root of ``--fsdp-wrap layers`` is: :func:`fsdp2_moment`'s own rule (measured the same
+    bytes, scaled Llama 3.2 over 2 ranks: 741,357,408 B both ways).
+    """
+    n_s, n, keep = shard_group(spec), shape.n_layers, not reshards_after_forward(spec)
+    count = count_params(shape)
+    root_params = count.total - count.layers
+    embed_w = root_w * count.embeddings // root_params if root_params else 0
+    tail_w = root_w - embed_w
+    gpl, g_embed = st.grads_per_layer, st.grads_embed
+    g_tail = st.grads_head + st.grads_other
+    # accelerate's mixed-bf16 policy reduces in bf16 (MixedPrecisionPolicy(reduce_dtype=bfloat16)): the gradients in
+    # full and the reduce-scatter's input and output are bf16, the 1/N gradient it leaves is fp32 (measured)
+    r_embed, r_tail = ((g_embed * 2 // spec.weight_bytes, g_tail * 2 // spec.weight_bytes)
+                       if spec.precision == "mixed-bf16" else (g_embed, g_tail))
+    grads = moment.parts.get(Category.GRADIENTS, 0)
+    if moment.phase == "forward":
+        return 2 * tail_w + ((n * layer_w + embed_w) if keep else 0)
+    if moment.phase != "backward":
+        return 0
+    if moment.label.endswith("embeddings"):
+        parts[Category.GRADIENTS] = 2 * r_embed + -(-(st.gradients - g_embed) // n_s) + -(-r_embed // n_s)
+        return embed_w
+    done = max(0, grads - g_tail) // gpl if gpl else 0
+    if done == 0:  # the head's backward: the tail, the last layer(s) prefetched (every layer if kept)
+        logits = parts.get(Category.LOGITS, 0)
+        rs = 2 * r_tail + -(-r_tail // n_s)  # the tail's reduce-scatter once the head's backward is over
+        if moment.label.endswith("lm_head") and rs > grads + logits:
+            parts[Category.GRADIENTS], parts[Category.LOGITS] = rs, 0
+        return tail_w + (n if keep else min(n, spec.prefetch)) * layer_w + (embed_w if keep else 0)
+    ahead = n - done if keep else min(spec.prefetch, n - done)
+    embed_ahead = keep or spec.prefetch > n - done
+    rs_buffer = gpl if done >= 2 else r_tail
+    parts[Category.GRADIENTS] = (-(-g_tail // n_s) + -(-(done - 1) * gpl // n_s) + gpl + rs_buffer
+                                 + (grads - g_tail - done * gpl))
+    return (1 + ahead) * layer_w + (embed_w if embed_ahead else 0)
 
 
 def replicated_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment:

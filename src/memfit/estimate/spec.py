@@ -38,6 +38,7 @@ Device = Literal["cuda", "cpu"]
 Loss = Literal["standard", "chunked", "trl"]  # trl: TRL SFTTrainer's fused LM head (estimate/trl_loss.py)
 Sharding = Literal["none", "zero1", "zero2", "zero3",  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
                    "ddp", "fsdp", "hsdp"]  # DDP (replicas + buckets), FSDP2 fully_shard, hybrid: estimate/sharding
+FsdpWrap = Literal["layers", "accelerate"]  # FSDP2 units: layers + root (torchtitan), or accelerate 1.15's
 
 ALL_LINEAR = "all-linear"
 
@@ -88,6 +89,7 @@ class RunSpec:
     cpu_offload_params: bool = False  # sharded weights (and their gradients) kept in host memory (CPUOffloadPolicy)
     cpu_offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
     bucket_mb: int = 25  # DDP's bucket_cap_mb (torch 2.13.0 default 25): the gradient buckets' split
+    fsdp_wrap: FsdpWrap = "layers"  # FSDP2's units: per layer + root, or accelerate 1.15's (+ embedding, + tail)
     adamw_impl: AdamWImpl = "fused"
     exclude_modules: tuple[str, ...] = ()  # PEFT exclude_modules (a list: full names or name endings; lora.py)
     targets_regex: str = ""  # PEFT target_modules as a str: re.fullmatch over full module names (lora.py)
@@ -104,6 +106,7 @@ class RunSpec:
         _check_choice("loss", self.loss, Loss)
         _check_choice("sharding", self.sharding, Sharding)
         _check_choice("adamw_impl", self.adamw_impl, AdamWImpl)
+        _check_choice("fsdp-wrap", self.fsdp_wrap, FsdpWrap)
         for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus", "nodes", "prefetch",
                      "bucket_mb"):
             value = getattr(self, name)
