@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from memfit.estimate.category import Category
+from memfit.estimate.fsdp_wrap import accelerate_untied, tied_mixed_end
 from memfit.estimate.moments import Moment, Phase, peak_moment
 from memfit.estimate.params import count_params
 from memfit.estimate.shape import ModelShape
@@ -124,6 +125,36 @@ def shard_moment(moment: Moment, sharding: Sharding, gpus: int, gather: dict[Cat
     return Moment(phase=moment.phase, label=moment.label, parts=parts)
 
 
+def unit_weight_bytes(shape: ModelShape, spec: RunSpec, st: ModelStates) -> tuple[int, int]:
+    """(one decoder layer's, the rest's: embeddings, final norm, lm_head) weight bytes as FSDP2 gathers them: in
+    bf16 under mixed-bf16 (``MixedPrecisionPolicy(param_dtype=bfloat16)``, measured: RESULTS ``## sharding``)."""
+    layer_w = block_weight_bytes(shape, spec)
+    root_w = max(0, st.weights_trainable + st.weights_frozen - shape.n_layers * layer_w)
+    if spec.precision == "mixed-bf16":
+        return layer_w * 2 // spec.weight_bytes, root_w * 2 // spec.weight_bytes
+    return layer_w, root_w
+
+
+def first_gather_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment | None:
+    """The forward's first all-gathers on one FSDP2 rank, ``moment`` being the step's first: the root's (or the
+    tied tail's) all-gather output, kept in ``comm_ctx.all_gather_state`` until the next unit's has been waited
+    on, and the weights copied out of it, then the first layer's output and weights beside them; the 1/N states
+    and the inputs, nothing saved yet (measured: LoRA, scaled Pythia, zero2 over 2 ranks, 131,365,976 B: 2 x
+    (the root's + a layer's fp32 weights) on top of the shards, + 107,528 B of the embedding's output).
+    None where the first unit is the untied input embedding alone (``--fsdp-wrap accelerate``: the tail's
+    gather at the loss is larger, :func:`accelerate_untied`)."""
+    if spec.fsdp_wrap == "accelerate" and not shape.tie_embeddings:
+        return None
+    layer_w, root_w = unit_weight_bytes(shape, spec, st)
+    n_s = shard_group(spec)
+    keep = (Category.WEIGHTS_TRAINABLE, Category.WEIGHTS_FROZEN, Category.OPTIMIZER, Category.GRADIENTS,
+            Category.INPUTS)
+    parts = {c: (v if c == Category.INPUTS else -(-v // n_s)) for c, v in moment.parts.items() if c in keep}
+    wcat = Category.WEIGHTS_FROZEN if spec.is_adapter else Category.WEIGHTS_TRAINABLE
+    parts[wcat] = parts.get(wcat, 0) + 2 * (root_w + min(1, shape.n_layers) * layer_w)
+    return Moment(phase="forward", label="forward: first all-gather", parts=parts)
+
+
 def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment:
     """``moment`` on one rank of FSDP2 (``fully_shard`` per decoder layer, then the root; torch 2.13.0).
 
@@ -142,11 +173,7 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
     - at the root's reduce-scatter (the backward's last moment): its full gradients and the input copy.
     """
     n_s, n = shard_group(spec), shape.n_layers
-    layer_w = block_weight_bytes(shape, spec)
-    total_w = st.weights_trainable + st.weights_frozen
-    root_w = max(0, total_w - n * layer_w)
-    if spec.precision == "mixed-bf16":  # MixedPrecisionPolicy(param_dtype=bf16): gathered in bf16 (not measured)
-        layer_w, root_w = layer_w * 2 // spec.weight_bytes, root_w * 2 // spec.weight_bytes
+    layer_w, root_w = unit_weight_bytes(shape, spec, st)
     cut = sharded_categories("zero3", moment.phase)  # every FSDP2 stage shards all the states at rest
     parts = {c: (-(-v // n_s) if c in cut else v) for c, v in moment.parts.items()}
     wcat = Category.WEIGHTS_FROZEN if spec.is_adapter else Category.WEIGHTS_TRAINABLE
@@ -155,7 +182,7 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
     grads = moment.parts.get(Category.GRADIENTS, 0)
     gathered = 0
     if spec.fsdp_wrap == "accelerate" and not shape.tie_embeddings:
-        gathered = accelerate_untied(moment, shape, spec, st, parts, layer_w, root_w)
+        gathered = accelerate_untied(moment, shape, spec, st, parts, layer_w, root_w, keep=keep)
     elif moment.phase == "forward":
         gathered = root_w + (n + 1 if keep else 1) * layer_w
     elif moment.phase == "backward" and moment.label.endswith("embeddings"):
@@ -164,7 +191,9 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
         parts[Category.GRADIENTS] = 2 * g_root + -(-n * gpl // n_s)
         if parts.get(Category.TEMPORARIES):  # a tied embedding's backward is over: one embedding-sized term left
             parts[Category.TEMPORARIES] = st.grads_embed
-        if shape.tie_embeddings or spec.method != "full":
+        if shape.tie_embeddings and spec.method == "full" and spec.precision == "mixed-bf16":
+            gathered = tied_mixed_end(parts, spec, st, n, root_w)
+        elif shape.tie_embeddings or spec.method != "full":
             gathered = root_w
         else:  # a full fine-tune's embedding weight weighs its gradient (gathered in bf16 under mixed-bf16)
             gathered = st.grads_embed * 2 // spec.weight_bytes if spec.precision == "mixed-bf16" else st.grads_embed
@@ -176,67 +205,21 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
         else:  # the layer computing + those ahead still gathered (all, or the prefetched)
             layers = 1 + (n - done if keep else min(spec.prefetch, n - done))
         gathered = root_w + layers * layer_w
+        if done == 0 and moment.label.endswith("loss") and spec.fsdp_wrap == "layers" and not keep \
+                and spec.loss == "standard":
+            # the root, resharded after the forward (reshard_after_forward=True given to it too), is gathered
+            # again at the backward's start: its all-gather output and its weights both alive, the loss's saved
+            # output beside them, before the loss's backward makes its b*s*V*4 B terms (measured: LoRA, scaled
+            # Pythia over 2 ranks, 143,224,940 B: 2 x the root's fp32 weights + one fp32 logits-sized tensor)
+            saved = max(0, parts.get(Category.LOGITS, 0) - 2 * spec.batch * spec.seq * shape.vocab * 4)
+            if 2 * root_w + saved > gathered + parts.get(Category.LOGITS, 0):
+                parts[Category.LOGITS], gathered = saved, 2 * root_w
         current = 1 if done else 0
         rs_buffer = gpl if done >= 2 else 0
         parts[Category.GRADIENTS] = (grads - done * gpl + -(-(done - current) * gpl // n_s)
                                      + current * gpl + rs_buffer)
     parts[wcat] = parts.get(wcat, 0) + gathered
     return Moment(phase=moment.phase, label=moment.label, parts=parts)
-
-
-def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates, parts: dict[Category, int],
-                      layer_w: int, root_w: int) -> int:
-    """The gathered weight bytes of ``moment`` under accelerate 1.15.0's FSDP2 units with an untied embedding
-    (``fsdp2_prepare_model``: each decoder layer, the input embedding, the tail [final norm, lm_head] with
-    ``reshard_after_forward=False``, an empty root); sets ``parts``' gradients as that rank holds them.
-
-    - forward, at the loss: the tail gathered and its all-gather output (the last all-gather of the forward,
-      kept until the root's post-forward), every layer and the embedding too when they stay gathered;
-    - backward before the first layer: the tail and the layer(s) prefetched; the head's gradients in full, and
-      at the tail's reduce-scatter (its post-backward, once the logits' gradient is freed) twice, with the 1/N
-      output (measured: scaled Pythia, zero2 over 2 ranks);
-    - backward in the layers: the tail resharded and its gradients reduce-scattered (1/N; its reduce-scatter
-      input kept until the next reduce-scatter), the layer computing and those prefetched, and the embedding
-      once the prefetch reaches it (the backward order is tail, last layer ... first layer, embedding);
-    - the embedding's reduce-scatter (the backward's last moment): its weight gathered, its gradient in full,
-      the reduce-scatter's input copy and 1/N output, every other gradient 1/N.
-
-    With a tied embedding the tail holds the embedding too and is gathered from the forward's start to the
-    backward's end, as the root of ``--fsdp-wrap layers`` is: :func:`fsdp2_moment`'s own rule (measured the same
-    bytes, scaled Llama 3.2 over 2 ranks: 741,357,408 B both ways).
-    """
-    n_s, n, keep = shard_group(spec), shape.n_layers, not reshards_after_forward(spec)
-    count = count_params(shape)
-    root_params = count.total - count.layers
-    embed_w = root_w * count.embeddings // root_params if root_params else 0
-    tail_w = root_w - embed_w
-    gpl, g_embed = st.grads_per_layer, st.grads_embed
-    g_tail = st.grads_head + st.grads_other
-    # accelerate's mixed-bf16 policy reduces in bf16 (MixedPrecisionPolicy(reduce_dtype=bfloat16)): the gradients in
-    # full and the reduce-scatter's input and output are bf16, the 1/N gradient it leaves is fp32 (measured)
-    r_embed, r_tail = ((g_embed * 2 // spec.weight_bytes, g_tail * 2 // spec.weight_bytes)
-                       if spec.precision == "mixed-bf16" else (g_embed, g_tail))
-    grads = moment.parts.get(Category.GRADIENTS, 0)
-    if moment.phase == "forward":
-        return 2 * tail_w + ((n * layer_w + embed_w) if keep else 0)
-    if moment.phase != "backward":
-        return 0
-    if moment.label.endswith("embeddings"):
-        parts[Category.GRADIENTS] = 2 * r_embed + -(-(st.gradients - g_embed) // n_s) + -(-r_embed // n_s)
-        return embed_w
-    done = max(0, grads - g_tail) // gpl if gpl else 0
-    if done == 0:  # the head's backward: the tail, the last layer(s) prefetched (every layer if kept)
-        logits = parts.get(Category.LOGITS, 0)
-        rs = 2 * r_tail + -(-r_tail // n_s)  # the tail's reduce-scatter once the head's backward is over
-        if moment.label.endswith("lm_head") and rs > grads + logits:
-            parts[Category.GRADIENTS], parts[Category.LOGITS] = rs, 0
-        return tail_w + (n if keep else min(n, spec.prefetch)) * layer_w + (embed_w if keep else 0)
-    ahead = n - done if keep else min(spec.prefetch, n - done)
-    embed_ahead = keep or spec.prefetch > n - done
-    rs_buffer = gpl if done >= 2 else r_tail
-    parts[Category.GRADIENTS] = (-(-g_tail // n_s) + -(-(done - 1) * gpl // n_s) + gpl + rs_buffer
-                                 + (grads - g_tail - done * gpl))
-    return (1 + ahead) * layer_w + (embed_w if embed_ahead else 0)
 
 
 def replicated_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment:
@@ -357,6 +340,9 @@ def shard_moments(moments: tuple[Moment, ...], shape: ModelShape, spec: RunSpec,
         st = model_states(shape, spec)
     if spec.sharding in FSDP2:
         per_gpu = tuple(fsdp2_moment(m, shape, spec, st) for m in moments)
+        first = first_gather_moment(moments[0], shape, spec, st)
+        if first is not None:  # its unsharded counterpart: the step's first moment
+            moments, per_gpu = (moments[0], *moments), (first, *per_gpu)
     elif spec.sharding in ("ddp", "zero1"):
         per_gpu = tuple(replicated_moment(m, shape, spec, st) for m in moments)
     else:

@@ -76,9 +76,12 @@ def check_measurable(spec: RunSpec, device: str) -> None:
         if device == "cpu":
             raise MemfitError("--offload-params / --offload-optimizer move states from the GPU to the host; on "
                               "--device cpu both are the same memory: measure them on CUDA, or estimate them")
-    if spec.method != "full":
-        raise MemfitError("measure --sharding shards a full fine-tune (--method full); LoRA's sharded run is "
-                          "estimated: memfit estimate ... --sharding")
+    if spec.method not in ("full", "lora"):
+        raise MemfitError(f"measure --sharding shards a full fine-tune or LoRA (--method full, lora); --method "
+                          f"{spec.method}'s quantised base is estimated: memfit estimate ... --sharding")
+    if spec.method == "lora" and spec.sharding in ("ddp", "zero1"):
+        raise MemfitError("measure --sharding runs LoRA under FSDP2 (--sharding fsdp, zero2, zero3, hsdp); its "
+                          f"--sharding {spec.sharding} run is estimated: memfit estimate ... --sharding")
     if spec.optimizer not in ("adamw", "sgd", "sgd-momentum"):
         raise MemfitError(f"measure --sharding steps torch's own optimizers (adamw, sgd, sgd-momentum); got "
                           f"--optimizer {spec.optimizer}")

@@ -30,7 +30,18 @@ ACCELERATE_SPECS: tuple[RunSpec, ...] = tuple(
     s.with_(fsdp_wrap="accelerate") for s in SHARDED_SPECS if s.sharding in ("zero2", "fsdp"))
 """The FSDP2 rows again with accelerate 1.15.0's units (``--fsdp-wrap accelerate``: + the untied embedding, + the
 tail [norm, lm_head] kept gathered)."""
-ROW_SETS: dict[str, tuple[RunSpec, ...]] = {"base": SHARDED_SPECS, "accelerate": ACCELERATE_SPECS}
+MIXED_SPECS: tuple[RunSpec, ...] = tuple(
+    s.with_(precision="mixed-bf16", fsdp_wrap=wrap) for s in SHARDED_SPECS if s.sharding == "fsdp"
+    for wrap in ("layers", "accelerate"))
+"""fsdp under mixed-bf16: fp32 sharded parameters gathered in bf16 (``MixedPrecisionPolicy``: torchtitan's fp32
+reduce with the layers wrap, accelerate's bf16 reduce with its own), autocast's bf16 compute."""
+LORA_SPECS: tuple[RunSpec, ...] = tuple(
+    s.with_(method="lora", fsdp_wrap=wrap) for s in SHARDED_SPECS if s.sharding in ("zero2", "fsdp")
+    for wrap in ("layers", "accelerate") if s.sharding == "fsdp" or wrap == "layers")
+"""PEFT LoRA (r 16, PEFT's default targets) over fp32 weights under fully_shard: the frozen base sharded with the
+adapters, both wraps under fsdp, the layers wrap under zero2."""
+ROW_SETS: dict[str, tuple[RunSpec, ...]] = {"base": SHARDED_SPECS, "accelerate": ACCELERATE_SPECS,
+                                            "mixed": MIXED_SPECS, "lora": LORA_SPECS}
 """The row sets ``bench/sharding.py --rows`` picks from (all of them by default)."""
 
 

@@ -51,8 +51,7 @@ class Replay:
 
     @classmethod
     def start(cls, model: ModelShape, spec: RunSpec) -> Replay:
-        # FSDP2 under mixed-bf16 gathers the weights in bf16 (estimate/sharding.py; measure/sharded_worker.py)
-        fsdp_mp = spec.precision == "mixed-bf16" and spec.sharding in ("zero2", "zero3", "fsdp", "hsdp")
+        fsdp_mp = spec.precision == "mixed-bf16" and spec.sharding in ("zero2", "zero3", "fsdp", "hsdp")  # bf16 gathers
         tape = Tape(compute_itemsize=spec.compute_bytes, autocast=spec.is_mixed, params_in_compute=fsdp_mp)
         return cls(tape, model, spec, frozenset(lin.path for lin in adapted_linears(model, spec)))
 
