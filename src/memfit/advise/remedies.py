@@ -40,7 +40,7 @@ from memfit.advise.result import SkipReason
 from memfit.advise.setup import Setup
 from memfit.estimate import ModelShape
 from memfit.estimate.constants import SEQ_MULTIPLE, seq_round_up
-from memfit.estimate.sharding import LADDER, communication_bytes, nodes_needed
+from memfit.estimate.sharding import GPUS_PER_NODE, LADDER, communication_bytes, nodes_needed
 
 MIN_RANK = 8  # the lesson's "64 -> 8"; the rank remedy never goes below it
 
@@ -230,7 +230,8 @@ def _sharding_effect(before: Setup, after: Setup, ctx: Context) -> Effect:
     f = ctx.time_model.zero3_factor if z == "zero3" else 1.0
     comm = communication_bytes(ctx.shape, after.spec)
     return Effect(gives_up="time", time_factor=f, facts={"stage": z, "gpus": after.spec.gpus, **comm,
-                                                          "nodes": nodes_needed(after.spec)})
+                                                          "nodes": nodes_needed(after.spec),
+                                                          "gpus_per_node": after.spec.gpus_per_node or GPUS_PER_NODE})
 
 
 def _seq_len(cur: Setup, ctx: Context) -> Options:

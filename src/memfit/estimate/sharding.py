@@ -255,7 +255,10 @@ GPUS_PER_NODE = 8  # an HGX / DGX node (8 x H100 / A100 SXM); --nodes says other
 
 
 def nodes_needed(spec: RunSpec) -> int:
-    """Machines the run spans: ``--nodes``, or ``gpus / 8`` rounded up (8 GPUs per node)."""
+    """Machines the run spans: ``--nodes`` (which ``--gpus-per-node`` sets), or ``gpus / 8`` rounded up (8 GPUs
+    per node) when neither is given."""
+    if spec.gpus_per_node is not None:
+        return spec.nodes
     return max(spec.nodes, -(-spec.gpus // GPUS_PER_NODE))
 
 

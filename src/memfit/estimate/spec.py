@@ -90,6 +90,7 @@ class RunSpec:
     cpu_offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
     bucket_mb: int = 25  # DDP's bucket_cap_mb (torch 2.13.0 default 25): the gradient buckets' split
     fsdp_wrap: FsdpWrap = "layers"  # FSDP2's units: per layer + root, or accelerate 1.15's (+ embedding, + tail)
+    gpus_per_node: int | None = None  # GPUs in one machine: --nodes = gpus / this (None: --nodes, or 8 per node)
     adamw_impl: AdamWImpl = "fused"
     exclude_modules: tuple[str, ...] = ()  # PEFT exclude_modules (a list: full names or name endings; lora.py)
     targets_regex: str = ""  # PEFT target_modules as a str: re.fullmatch over full module names (lora.py)
@@ -307,6 +308,14 @@ def _check_sharding_knobs(spec: RunSpec) -> None:
     """The world's shape: whole nodes, and hsdp's replicas across them. The flags that act only with some shardings
     (--offload-*, --reshard-after-forward, --prefetch, --bucket-mb) are refused where typed (cli ONLY_WITH): a
     DeepSpeed file's offload settings arrive before the world size does."""
+    g = spec.gpus_per_node
+    if g is not None:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise MemfitError(f"--gpus-per-node must be a positive integer, got {g!r}")
+        if spec.gpus % g and spec.gpus > g:
+            raise MemfitError(f"--gpus {spec.gpus} with --gpus-per-node {g}: every node holds the same number of "
+                              f"GPUs; make --gpus a multiple of {g} (or fewer than {g}, on one node)")
+        object.__setattr__(spec, "nodes", max(1, spec.gpus // g))  # derived (the command refuses both flags)
     if spec.gpus % spec.nodes:
         raise MemfitError(f"--gpus {spec.gpus} over --nodes {spec.nodes}: every node holds the same number of "
                           "GPUs; make --gpus a multiple of --nodes")
