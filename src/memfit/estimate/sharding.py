@@ -15,14 +15,20 @@ Each ``--sharding`` is modelled as torch 2.13.0 runs it and proven on real multi
 ``hsdp``    ``fsdp`` within a node (N / nodes GPUs), replicated across ``--nodes``
 ==========  ============================================================================================
 
-FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head). Beside its 1/N shards a
+FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head) under ``--fsdp-wrap layers``
+(torchtitan's); ``--fsdp-wrap accelerate`` models accelerate 1.15.0's (the Trainer's) units:
+:mod:`memfit.estimate.fsdp_wrap`. Beside its 1/N shards a
 rank holds, per moment (:func:`fsdp2_moment` names the torch source): the root's weights in full through
 forward and backward; the layer computing plus ``prefetch`` gathered ahead in the backward, and the last
 layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``); a layer's
 gradients in full until their reduce-scatter; at the root's reduce-scatter its gradients twice (the
 gradients and the input copy) and, measured, with tied embeddings the root's gathered weights, untied the
 input embedding's gathered weight and the reduce-scatter's 1/N output (scaled Llama 3.2 and Pythia over 2 and
-4 ranks: RESULTS ``## sharding``). The optimizer step holds shards only; its temporaries are per shard too.
+4 ranks: RESULTS ``## sharding``). The forward's first all-gathers hold the root's output buffer and weights
+together, and a root resharded after the forward is gathered so again at the backward's start (the peak of a
+LoRA run). Under mixed-bf16 (``MixedPrecisionPolicy``, measured) the gathered weights are bf16, autocast copies
+none of them, and the reduce-scatters run in the reduce dtype. The optimizer step holds shards only; its
+temporaries are per shard too.
 Activations, logits and inputs are per micro-batch and never sharded. ``--offload-optimizer`` moves the
 optimizer states (and its step) to the host, ``--offload-params`` the weight and gradient shards
 (CPUOffloadPolicy); what moves is reported as host bytes per rank.

@@ -3,10 +3,10 @@
 ``memfit measure --gpus N --sharding ddp|zero1|zero2|zero3|fsdp|hsdp`` launches ``python -m
 torch.distributed.run --standalone --nproc-per-node N -m memfit.measure.sharded_worker REQUEST OUT`` (gloo on
 CPU, nccl on CUDA). Every rank builds the same model (same seed), wraps it as the sharding says
-(:mod:`memfit.measure.sharded_worker` has the torch 2.13.0 calls), runs ``tracked_steps`` real steps on its
-own random batch under :class:`~memfit.runtime.tracker.LiveTensorTracker` and rank 0 gathers every rank's
-peak (``dist.all_gather_object``) into OUT, one JSON document. One launch measures several specs in turn (the
-interpreter start-up and imports, ~10-40 s on a loaded CPU, are paid once).
+(:mod:`memfit.measure.sharded_worker` has the torch 2.13.0 calls), runs ``tracked_steps`` real steps (a full
+fine-tune, or LoRA under FSDP2) on its own random batch under :class:`~memfit.runtime.tracker.LiveTensorTracker`
+and rank 0 gathers every rank's peak (``dist.all_gather_object``) into OUT, one JSON document. One launch
+measures several specs in turn (the interpreter start-up and imports, ~10-40 s on a loaded CPU, are paid once).
 
 This module starts the processes and reads the result; it imports no torch.
 """

@@ -14,14 +14,17 @@ How each sharding is built, with torch 2.13.0's own APIs, the way the Trainer / 
 ``hsdp``  ``fully_shard`` on a 2-D mesh ``(nodes, gpus / nodes)`` = (replicate, shard)
 ========  ==========================================================================================
 
-accelerate 1.15.0 (``fsdp2_prepare_model``) carves two more units, the untied input embedding and the tail
-[final norm, lm_head] kept gathered (``reshard_after_forward=False``), and leaves the root to torch's default:
-measured on scaled Pythia-1.4B (4 layers, 2 ranks), 822,042,976 B per rank against 1,028,096,352 B with the root
-holding them; memfit models the per-layer + root wrapping only.
+``--fsdp-wrap accelerate`` builds accelerate 1.15.0's units instead (``fsdp2_prepare_model``, what the Trainer's
+FSDP2 runs): two more units, the untied input embedding and the tail [final norm, lm_head] kept gathered
+(``reshard_after_forward=False``), the root left to torch's default (:func:`fsdp_units`): measured on scaled
+Pythia-1.4B (4 layers, 2 ranks), 822,042,976 B per rank against 1,028,096,352 B with the root holding them.
 
 The decoder layers are the modules whose class is in the model's ``_no_split_modules`` (what accelerate's
-FSDP auto-wrap policy reads). ``--precision mixed-bf16`` adds ``MixedPrecisionPolicy(param_dtype=bfloat16,
-reduce_dtype=float32)``. The tracker is entered before the model is wrapped, so everything the wrapper
+FSDP auto-wrap policy reads). ``--precision mixed-bf16`` adds a ``MixedPrecisionPolicy`` (fp32 sharded
+parameters gathered in bf16; :func:`mixed_precision_policy`: torchtitan's fp32 reduce, or accelerate's bf16 one;
+gloo all-gathers and reduce-scatters bf16 on CPU in torch 2.13.0). ``--method lora`` shards the PEFT model as it
+is: the frozen base and the adapters in the same units (FSDP2 takes groups mixing frozen and trainable
+parameters). The tracker is entered before the model is wrapped, so everything the wrapper
 allocates (DDP's buckets, FSDP2's sharded parameters) is counted; sharded parameters are DTensors and count
 their local shard (:func:`memfit.runtime.ledger.local_of`).
 """
