@@ -7,6 +7,12 @@ default): each decoder layer (``_no_split_modules``); the input embedding alone 
 torch's own default, holding no parameter in a causal LM. Tied, the tail is gathered from the forward's start to
 the backward's end as the root of the per-layer wrap is: the same bytes (measured). Untied, the head and the
 embedding are gathered only around their own compute: :func:`accelerate_untied`.
+
+The flag's default stays ``layers``: it is torchtitan's ``apply_fsdp`` and what ``memfit measure`` has proven on
+every sharded row since; for a tied embedding both wraps hold the same bytes, and for an untied one ``layers`` is
+the larger (the safe side: 1,028,096,352 against 822,042,976 B measured, scaled Pythia fsdp x2). A run read from
+an accelerate or Trainer FSDP2 config gets ``accelerate`` (:mod:`memfit.configs.accelerate`,
+:mod:`memfit.configs.trainer`), which is what those runs wrap with.
 """
 
 from __future__ import annotations

@@ -275,7 +275,8 @@ def communication_bytes(shape: ModelShape, spec: RunSpec) -> dict[str, int]:
     updated partition broadcast (an all-gather of the weights); FSDP2: the weights all-gathered in the forward and,
     resharded after it, again in the backward (in bf16 under mixed-bf16's MixedPrecisionPolicy), the gradients
     reduce-scattered (fp32 reduce under mixed-bf16); hsdp adds an all-reduce of each node's gradient shard across
-    the nodes. Worked: Llama-3.1-8B bf16 full, fsdp: all-gather 2 x 2P = 32,121,044,992 B, reduce-scatter 2P =
+    the nodes; accelerate's units (``--fsdp-wrap accelerate``) gather their tail [norm, lm_head] once. Worked:
+    Llama-3.1-8B bf16 full, fsdp: all-gather 2 x 2P = 32,121,044,992 B, reduce-scatter 2P =
     16,060,522,496 B (P = 8,030,261,248).
     """
     from memfit.estimate.states import model_states
@@ -292,6 +293,10 @@ def communication_bytes(shape: ModelShape, spec: RunSpec) -> dict[str, int]:
             out["all_gather_bytes"] = w
     elif spec.sharding in FSDP2:
         out["all_gather_bytes"] = w * (2 if reshards_after_forward(spec) else 1)
+        if spec.fsdp_wrap == "accelerate" and reshards_after_forward(spec):  # its tail is gathered once
+            c = count_params(shape)
+            tail = c.final_norm + c.lm_head + (c.embeddings if shape.tie_embeddings else 0)
+            out["all_gather_bytes"] -= w * tail // max(1, c.total)
         out["reduce_scatter_bytes"] = g
         if spec.sharding == "hsdp":
             out["all_reduce_bytes"] = -(-g // shard_group(spec))
