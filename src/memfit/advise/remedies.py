@@ -40,7 +40,7 @@ from memfit.advise.result import SkipReason
 from memfit.advise.setup import Setup
 from memfit.estimate import ModelShape
 from memfit.estimate.constants import SEQ_MULTIPLE, seq_round_up
-from memfit.estimate.sharding import GPUS_PER_NODE, LADDER, communication_bytes, nodes_needed
+from memfit.estimate.sharding import LADDER, communication_bytes, nodes_needed
 
 MIN_RANK = 8  # the lesson's "64 -> 8"; the rank remedy never goes below it
 
@@ -231,7 +231,8 @@ def _sharding_effect(before: Setup, after: Setup, ctx: Context) -> Effect:
     comm = communication_bytes(ctx.shape, after.spec)
     return Effect(gives_up="time", time_factor=f, facts={"stage": z, "gpus": after.spec.gpus, **comm,
                                                           "nodes": nodes_needed(after.spec),
-                                                          "gpus_per_node": after.spec.gpus_per_node or GPUS_PER_NODE})
+                                                          **({"gpus_per_node": after.spec.gpus_per_node}
+                                                             if after.spec.gpus_per_node else {})})
 
 
 def _seq_len(cur: Setup, ctx: Context) -> Options:
