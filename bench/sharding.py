@@ -1,7 +1,7 @@
 """Sharded agreement rows (:mod:`memfit.validate.rows_sharding`): the estimate's per-GPU peak against every rank's
 measured peak, over 2 and 4 real gloo processes per row. Writes ``## sharding`` of RESULTS.md.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/sharding.py [--gpus 2,4] [--models llama-3.2-1b]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/sharding.py [--gpus 2,4] [--models llama-3.2-1b] [--rows base,accelerate]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--gpus", default="2,4", help="world sizes, e.g. 2,4")
     ap.add_argument("--models", default=None, help="only these scaled models (comma-separated)")
+    ap.add_argument("--rows", default=None, help="only these row sets (comma-separated; rows_sharding.ROW_SETS)")
     ap.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -26,7 +27,8 @@ def main() -> None:
               flush=True)
 
     rows = run_sharded_matrix(gpus=tuple(int(x) for x in args.gpus.split(",")),
-                              models=tuple(args.models.split(",")) if args.models else None, on_row=show)
+                              models=tuple(args.models.split(",")) if args.models else None, on_row=show,
+                              rows=tuple(args.rows.split(",")) if args.rows else None)
     s = summarise_sharded(rows)
     lines = ["memfit measure --sharding: N real processes (torchrun, gloo on CPU, torch 2.13.0 FSDP2 / DDP / "
              "ZeroRedundancyOptimizer), each rank's peak of live storage bytes; the measured figure is the largest "

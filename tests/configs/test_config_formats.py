@@ -95,7 +95,8 @@ CASES: list[tuple[str, str | None, dict[str, Any], dict[str, Any], dict[str, Any
      {"sharding": "zero3", "offload_optimizer": "cpu", "offload_params": "cpu"}, {}),
     ("ds_zero2.json", None, {}, {"sharding": "zero2"}, {}),
     ("accelerate_zero3.yaml", None, {"precision": "mixed-bf16", "sharding": "zero3", "gpus": 8}, {}, {}),
-    ("accelerate_fsdp.yaml", None, {"precision": "mixed-bf16", "sharding": "zero3", "gpus": 4}, {}, {}),
+    ("accelerate_fsdp.yaml", None, {"precision": "mixed-bf16", "sharding": "zero3", "gpus": 4,
+                                    "fsdp_wrap": "accelerate"}, {}, {}),
     # a DeepSpeed file names the stage, the launcher the world size: --gpus gives it
     ("ds_zero2.json", None, {"sharding": "zero2", "gpus": 8}, {}, {"gpus": 8}),
 ]

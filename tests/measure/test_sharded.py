@@ -56,7 +56,8 @@ def test_estimate_agrees_with_each_rank(two_ranks: dict[str, ShardedResult]) -> 
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"method": "lora"}, "--method full"),
+    ({"method": "qlora"}, "--method full, lora"),
+    ({"method": "lora", "sharding": "ddp"}, "LoRA under FSDP2"),
     ({"optimizer": "adafactor"}, "torch's own optimizers"),
     ({"cpu_offload_optimizer": True}, "same memory"),
     ({"grad_accum": 2}, "--grad-accum"),

@@ -230,7 +230,9 @@ def _sharding_effect(before: Setup, after: Setup, ctx: Context) -> Effect:
     f = ctx.time_model.zero3_factor if z == "zero3" else 1.0
     comm = communication_bytes(ctx.shape, after.spec)
     return Effect(gives_up="time", time_factor=f, facts={"stage": z, "gpus": after.spec.gpus, **comm,
-                                                          "nodes": nodes_needed(after.spec)})
+                                                          "nodes": nodes_needed(after.spec),
+                                                          **({"gpus_per_node": after.spec.gpus_per_node}
+                                                             if after.spec.gpus_per_node else {})})
 
 
 def _seq_len(cur: Setup, ctx: Context) -> Options:

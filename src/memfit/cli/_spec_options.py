@@ -90,6 +90,11 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "cpu_offload_optimizer": (bool, typer.Option("--offload-optimizer/--no-offload-optimizer",
                                              help="keep the optimizer states and step in host memory")),
     "bucket_mb": (int, typer.Option("--bucket-mb", help="DDP gradient bucket size in MiB (torch default 25)")),
+    "fsdp_wrap": (str, typer.Option("--fsdp-wrap", help="FSDP2's units: layers (each decoder layer, then the root "
+                                    "holding embeddings, norm and lm_head; torchtitan) | accelerate (accelerate / the "
+                                    "Trainer: + the untied embedding, + [norm, lm_head] kept gathered)")),
+    "gpus_per_node": (int | None, typer.Option("--gpus-per-node", help="GPUs in one machine: --nodes becomes "
+                                               "--gpus / this (default: --nodes, else 8 per node)")),
     "loss_token_share": (float, typer.Option("--loss-token-share", help="share of positions whose label is not "
                                              "-100 (completion-only / assistant-only loss); with --loss trl on CUDA "
                                              "TRL scores only those")),
@@ -157,6 +162,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                           "optimizer states: it needs --sharding zero1, zero2, zero3, fsdp or hsdp"),
     "bucket_mb": (lambda s: s.sharding in ("ddp", "zero1"), "--bucket-mb is DDP's bucket size: it needs --sharding "
                   "ddp or zero1"),
+    "fsdp_wrap": (lambda s: s.sharding in _FSDP, "--fsdp-wrap picks FSDP2's units: it needs --sharding fsdp, hsdp, "
+                  "zero2 or zero3"),
     "adamw_impl": (lambda s: s.optimizer == "adamw", "--adamw-impl picks torch AdamW's kernel; it does nothing "
                    "with another --optimizer: drop it or pass --optimizer adamw"),
 }
@@ -181,6 +188,7 @@ RUN_LIMITS: dict[str, tuple[int, str]] = {
     "gpus": (1_048_576, "the largest clusters have ~10^5 GPUs"),
     "prefetch": (1_024, "a model has at most 1,024 layers"),
     "bucket_mb": (1_048_576, "a bucket of 1 TiB is past any GPU"),
+    "gpus_per_node": (1_024, "the largest machines hold tens of GPUs"),
 }
 
 _DEFAULTS = RunSpec()
@@ -284,6 +292,9 @@ def check_run_limits(spec: RunSpec) -> None:
 def refuse_ignored_flags(spec: RunSpec, explicit: set[str], *, skip: Iterable[str] = ()) -> None:
     """A MemfitError for the first flag in ``explicit`` that ``spec`` would ignore (:data:`ONLY_WITH`)."""
     skipped = set(skip)
+    if {"nodes", "gpus_per_node"} <= explicit:
+        raise MemfitError("--nodes and --gpus-per-node both say how many machines the --gpus span: pass one "
+                          "(--gpus-per-node G makes --nodes = --gpus / G)")
     for name, (acts, message) in ONLY_WITH.items():
         if name in explicit and name not in skipped and not acts(spec):
             raise MemfitError(message)

@@ -101,6 +101,8 @@ def _fsdp(r: Reader, cfg: dict[str, Any]) -> None:
     r.row(field, "setting", setting="sharding", memfit_value=stage, value=cfg.get(field.split(".")[-1], raf),
            note=f"FSDP{version}" + ("" if field != "fsdp_config" else f" default {raf!r}"))
     r.also("sharding", stage)
+    if version == 2 and stage in ("zero2", "zero3"):  # fsdp2_prepare_model's units (estimate/fsdp_wrap.py)
+        r.also("fsdp_wrap", "accelerate")
     if str(raf).upper().startswith("HYBRID"):
         r.out.rows[-1] = _with_note(r.out.rows[-1], "hybrid sharding: sharded within a node, replicated across nodes")
     if _true(cfg.get("fsdp_offload_params")):

@@ -194,6 +194,8 @@ def read_fsdp_mapping(r: Reader, config: dict[str, Any], field: str) -> None:
     r.also("sharding", stage)
     r.row(field, "setting", setting="sharding", memfit_value=stage,
            note=f"FSDP{version} reshard_after_forward={raf!r}", value=dict(config))
+    if version == 2 and stage in ("zero2", "zero3"):  # the Trainer prepares FSDP2 with accelerate's units
+        r.also("fsdp_wrap", "accelerate")
     if _truthy(cfg.get("cpu_offload")) or _truthy(cfg.get("offload_params")):
         r.also("offload_params", True)
     if _truthy(cfg.get("activation_checkpointing")):

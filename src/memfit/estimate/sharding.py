@@ -15,14 +15,20 @@ Each ``--sharding`` is modelled as torch 2.13.0 runs it and proven on real multi
 ``hsdp``    ``fsdp`` within a node (N / nodes GPUs), replicated across ``--nodes``
 ==========  ============================================================================================
 
-FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head). Beside its 1/N shards a
+FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head) under ``--fsdp-wrap layers``
+(torchtitan's); ``--fsdp-wrap accelerate`` models accelerate 1.15.0's (the Trainer's) units:
+:mod:`memfit.estimate.fsdp_wrap`. Beside its 1/N shards a
 rank holds, per moment (:func:`fsdp2_moment` names the torch source): the root's weights in full through
 forward and backward; the layer computing plus ``prefetch`` gathered ahead in the backward, and the last
 layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``); a layer's
 gradients in full until their reduce-scatter; at the root's reduce-scatter its gradients twice (the
 gradients and the input copy) and, measured, with tied embeddings the root's gathered weights, untied the
 input embedding's gathered weight and the reduce-scatter's 1/N output (scaled Llama 3.2 and Pythia over 2 and
-4 ranks: RESULTS ``## sharding``). The optimizer step holds shards only; its temporaries are per shard too.
+4 ranks: RESULTS ``## sharding``). The forward's first all-gathers hold the root's output buffer and weights
+together, and a root resharded after the forward is gathered so again at the backward's start (the peak of a
+LoRA run). Under mixed-bf16 (``MixedPrecisionPolicy``, measured) the gathered weights are bf16, autocast copies
+none of them, and the reduce-scatters run in the reduce dtype. The optimizer step holds shards only; its
+temporaries are per shard too.
 Activations, logits and inputs are per micro-batch and never sharded. ``--offload-optimizer`` moves the
 optimizer states (and its step) to the host, ``--offload-params`` the weight and gradient shards
 (CPUOffloadPolicy); what moves is reported as host bytes per rank.
@@ -41,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from memfit.estimate.category import Category
+from memfit.estimate.fsdp_wrap import accelerate_untied, tied_mixed_end
 from memfit.estimate.moments import Moment, Phase, peak_moment
 from memfit.estimate.params import count_params
 from memfit.estimate.shape import ModelShape
@@ -124,6 +131,36 @@ def shard_moment(moment: Moment, sharding: Sharding, gpus: int, gather: dict[Cat
     return Moment(phase=moment.phase, label=moment.label, parts=parts)
 
 
+def unit_weight_bytes(shape: ModelShape, spec: RunSpec, st: ModelStates) -> tuple[int, int]:
+    """(one decoder layer's, the rest's: embeddings, final norm, lm_head) weight bytes as FSDP2 gathers them: in
+    bf16 under mixed-bf16 (``MixedPrecisionPolicy(param_dtype=bfloat16)``, measured: RESULTS ``## sharding``)."""
+    layer_w = block_weight_bytes(shape, spec)
+    root_w = max(0, st.weights_trainable + st.weights_frozen - shape.n_layers * layer_w)
+    if spec.precision == "mixed-bf16":
+        return layer_w * 2 // spec.weight_bytes, root_w * 2 // spec.weight_bytes
+    return layer_w, root_w
+
+
+def first_gather_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment | None:
+    """The forward's first all-gathers on one FSDP2 rank, ``moment`` being the step's first: the root's (or the
+    tied tail's) all-gather output, kept in ``comm_ctx.all_gather_state`` until the next unit's has been waited
+    on, and the weights copied out of it, then the first layer's output and weights beside them; the 1/N states
+    and the inputs, nothing saved yet (measured: LoRA, scaled Pythia, zero2 over 2 ranks, 131,365,976 B: 2 x
+    (the root's + a layer's fp32 weights) on top of the shards, + 107,528 B of the embedding's output).
+    None where the first unit is the untied input embedding alone (``--fsdp-wrap accelerate``: the tail's
+    gather at the loss is larger, :func:`accelerate_untied`)."""
+    if spec.fsdp_wrap == "accelerate" and not shape.tie_embeddings:
+        return None
+    layer_w, root_w = unit_weight_bytes(shape, spec, st)
+    n_s = shard_group(spec)
+    keep = (Category.WEIGHTS_TRAINABLE, Category.WEIGHTS_FROZEN, Category.OPTIMIZER, Category.GRADIENTS,
+            Category.INPUTS)
+    parts = {c: (v if c == Category.INPUTS else -(-v // n_s)) for c, v in moment.parts.items() if c in keep}
+    wcat = Category.WEIGHTS_FROZEN if spec.is_adapter else Category.WEIGHTS_TRAINABLE
+    parts[wcat] = parts.get(wcat, 0) + 2 * (root_w + min(1, shape.n_layers) * layer_w)
+    return Moment(phase="forward", label="forward: first all-gather", parts=parts)
+
+
 def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStates) -> Moment:
     """``moment`` on one rank of FSDP2 (``fully_shard`` per decoder layer, then the root; torch 2.13.0).
 
@@ -142,11 +179,7 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
     - at the root's reduce-scatter (the backward's last moment): its full gradients and the input copy.
     """
     n_s, n = shard_group(spec), shape.n_layers
-    layer_w = block_weight_bytes(shape, spec)
-    total_w = st.weights_trainable + st.weights_frozen
-    root_w = max(0, total_w - n * layer_w)
-    if spec.precision == "mixed-bf16":  # MixedPrecisionPolicy(param_dtype=bf16): gathered in bf16 (not measured)
-        layer_w, root_w = layer_w * 2 // spec.weight_bytes, root_w * 2 // spec.weight_bytes
+    layer_w, root_w = unit_weight_bytes(shape, spec, st)
     cut = sharded_categories("zero3", moment.phase)  # every FSDP2 stage shards all the states at rest
     parts = {c: (-(-v // n_s) if c in cut else v) for c, v in moment.parts.items()}
     wcat = Category.WEIGHTS_FROZEN if spec.is_adapter else Category.WEIGHTS_TRAINABLE
@@ -154,7 +187,9 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
     gpl, g_root = st.grads_per_layer, st.gradients - n * st.grads_per_layer
     grads = moment.parts.get(Category.GRADIENTS, 0)
     gathered = 0
-    if moment.phase == "forward":
+    if spec.fsdp_wrap == "accelerate" and not shape.tie_embeddings:
+        gathered = accelerate_untied(moment, shape, spec, st, parts, layer_w, root_w, keep=keep)
+    elif moment.phase == "forward":
         gathered = root_w + (n + 1 if keep else 1) * layer_w
     elif moment.phase == "backward" and moment.label.endswith("embeddings"):
         # the root's reduce-scatter: its gradients in full and their input copy; a tied root keeps its gathered
@@ -162,10 +197,12 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
         parts[Category.GRADIENTS] = 2 * g_root + -(-n * gpl // n_s)
         if parts.get(Category.TEMPORARIES):  # a tied embedding's backward is over: one embedding-sized term left
             parts[Category.TEMPORARIES] = st.grads_embed
-        if shape.tie_embeddings or spec.method != "full":
+        if shape.tie_embeddings and spec.method == "full" and spec.precision == "mixed-bf16":
+            gathered = tied_mixed_end(parts, spec, st, n, root_w)
+        elif shape.tie_embeddings or spec.method != "full":
             gathered = root_w
-        else:  # a full fine-tune's embedding weight weighs its gradient
-            gathered = st.grads_embed
+        else:  # a full fine-tune's embedding weight weighs its gradient (gathered in bf16 under mixed-bf16)
+            gathered = st.grads_embed * 2 // spec.weight_bytes if spec.precision == "mixed-bf16" else st.grads_embed
             parts[Category.GRADIENTS] += -(-g_root // n_s)
     elif moment.phase == "backward":
         done = max(0, grads - st.grads_head - st.grads_other) // gpl if gpl else 0
@@ -174,6 +211,15 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
         else:  # the layer computing + those ahead still gathered (all, or the prefetched)
             layers = 1 + (n - done if keep else min(spec.prefetch, n - done))
         gathered = root_w + layers * layer_w
+        if done == 0 and moment.label.endswith("loss") and spec.fsdp_wrap == "layers" and not keep \
+                and spec.loss == "standard":
+            # the root, resharded after the forward (reshard_after_forward=True given to it too), is gathered
+            # again at the backward's start: its all-gather output and its weights both alive, the loss's saved
+            # output beside them, before the loss's backward makes its b*s*V*4 B terms (measured: LoRA, scaled
+            # Pythia over 2 ranks, 143,224,940 B: 2 x the root's fp32 weights + one fp32 logits-sized tensor)
+            saved = max(0, parts.get(Category.LOGITS, 0) - 2 * spec.batch * spec.seq * shape.vocab * 4)
+            if 2 * root_w + saved > gathered + parts.get(Category.LOGITS, 0):
+                parts[Category.LOGITS], gathered = saved, 2 * root_w
         current = 1 if done else 0
         rs_buffer = gpl if done >= 2 else 0
         parts[Category.GRADIENTS] = (grads - done * gpl + -(-(done - current) * gpl // n_s)
@@ -215,7 +261,10 @@ GPUS_PER_NODE = 8  # an HGX / DGX node (8 x H100 / A100 SXM); --nodes says other
 
 
 def nodes_needed(spec: RunSpec) -> int:
-    """Machines the run spans: ``--nodes``, or ``gpus / 8`` rounded up (8 GPUs per node)."""
+    """Machines the run spans: ``--nodes`` (which ``--gpus-per-node`` sets), or ``gpus / 8`` rounded up (8 GPUs
+    per node) when neither is given."""
+    if spec.gpus_per_node is not None:
+        return spec.nodes
     return max(spec.nodes, -(-spec.gpus // GPUS_PER_NODE))
 
 
@@ -226,7 +275,8 @@ def communication_bytes(shape: ModelShape, spec: RunSpec) -> dict[str, int]:
     updated partition broadcast (an all-gather of the weights); FSDP2: the weights all-gathered in the forward and,
     resharded after it, again in the backward (in bf16 under mixed-bf16's MixedPrecisionPolicy), the gradients
     reduce-scattered (fp32 reduce under mixed-bf16); hsdp adds an all-reduce of each node's gradient shard across
-    the nodes. Worked: Llama-3.1-8B bf16 full, fsdp: all-gather 2 x 2P = 32,121,044,992 B, reduce-scatter 2P =
+    the nodes; accelerate's units (``--fsdp-wrap accelerate``) gather their tail [norm, lm_head] once. Worked:
+    Llama-3.1-8B bf16 full, fsdp: all-gather 2 x 2P = 32,121,044,992 B, reduce-scatter 2P =
     16,060,522,496 B (P = 8,030,261,248).
     """
     from memfit.estimate.states import model_states
@@ -243,6 +293,10 @@ def communication_bytes(shape: ModelShape, spec: RunSpec) -> dict[str, int]:
             out["all_gather_bytes"] = w
     elif spec.sharding in FSDP2:
         out["all_gather_bytes"] = w * (2 if reshards_after_forward(spec) else 1)
+        if spec.fsdp_wrap == "accelerate" and reshards_after_forward(spec):  # its tail is gathered once
+            c = count_params(shape)
+            tail = c.final_norm + c.lm_head + (c.embeddings if shape.tie_embeddings else 0)
+            out["all_gather_bytes"] -= w * tail // max(1, c.total)
         out["reduce_scatter_bytes"] = g
         if spec.sharding == "hsdp":
             out["all_reduce_bytes"] = -(-g // shard_group(spec))
@@ -300,6 +354,9 @@ def shard_moments(moments: tuple[Moment, ...], shape: ModelShape, spec: RunSpec,
         st = model_states(shape, spec)
     if spec.sharding in FSDP2:
         per_gpu = tuple(fsdp2_moment(m, shape, spec, st) for m in moments)
+        first = first_gather_moment(moments[0], shape, spec, st)
+        if first is not None:  # its unsharded counterpart: the step's first moment
+            moments, per_gpu = (moments[0], *moments), (first, *per_gpu)
     elif spec.sharding in ("ddp", "zero1"):
         per_gpu = tuple(replicated_moment(m, shape, spec, st) for m in moments)
     else:

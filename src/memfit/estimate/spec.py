@@ -39,6 +39,7 @@ Bias = Literal["none", "all", "lora_only"]  # PEFT LoraConfig.bias: which biases
 Loss = Literal["standard", "chunked", "trl"]  # trl: TRL SFTTrainer's fused LM head (estimate/trl_loss.py)
 Sharding = Literal["none", "zero1", "zero2", "zero3",  # ZeRO stages; FSDP SHARD_GRAD_OP = zero2, FULL_SHARD = zero3
                    "ddp", "fsdp", "hsdp"]  # DDP (replicas + buckets), FSDP2 fully_shard, hybrid: estimate/sharding
+FsdpWrap = Literal["layers", "accelerate"]  # FSDP2 units: layers + root (torchtitan), or accelerate 1.15's
 
 ALL_LINEAR = "all-linear"
 
@@ -89,6 +90,8 @@ class RunSpec:
     cpu_offload_params: bool = False  # sharded weights (and their gradients) kept in host memory (CPUOffloadPolicy)
     cpu_offload_optimizer: bool = False  # optimizer states and their step on the host (DeepSpeed offload_optimizer)
     bucket_mb: int = 25  # DDP's bucket_cap_mb (torch 2.13.0 default 25): the gradient buckets' split
+    fsdp_wrap: FsdpWrap = "layers"  # FSDP2's units: per layer + root, or accelerate 1.15's (+ embedding, + tail)
+    gpus_per_node: int | None = None  # GPUs in one machine: --nodes = gpus / this (None: --nodes, or 8 per node)
     adamw_impl: AdamWImpl = "fused"
     exclude_modules: tuple[str, ...] = ()  # PEFT exclude_modules (a list: full names or name endings; lora.py)
     targets_regex: str = ""  # PEFT target_modules as a str: re.fullmatch over full module names (lora.py)
@@ -110,6 +113,7 @@ class RunSpec:
         _check_choice("sharding", self.sharding, Sharding)
         _check_choice("adamw_impl", self.adamw_impl, AdamWImpl)
         _check_choice("bias", self.bias, Bias)
+        _check_choice("fsdp-wrap", self.fsdp_wrap, FsdpWrap)
         for name in ("batch", "seq", "grad_accum", "rank", "alpha", "checkpoint_every", "gpus", "nodes", "prefetch",
                      "bucket_mb"):
             value = getattr(self, name)
@@ -388,6 +392,14 @@ def _check_sharding_knobs(spec: RunSpec) -> None:
     """The world's shape: whole nodes, and hsdp's replicas across them. The flags that act only with some shardings
     (--offload-*, --reshard-after-forward, --prefetch, --bucket-mb) are refused where typed (cli ONLY_WITH): a
     DeepSpeed file's offload settings arrive before the world size does."""
+    g = spec.gpus_per_node
+    if g is not None:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise MemfitError(f"--gpus-per-node must be a positive integer, got {g!r}")
+        if spec.gpus % g and spec.gpus > g:
+            raise MemfitError(f"--gpus {spec.gpus} with --gpus-per-node {g}: every node holds the same number of "
+                              f"GPUs; make --gpus a multiple of {g} (or fewer than {g}, on one node)")
+        object.__setattr__(spec, "nodes", max(1, spec.gpus // g))  # derived (the command refuses both flags)
     if spec.gpus % spec.nodes:
         raise MemfitError(f"--gpus {spec.gpus} over --nodes {spec.nodes}: every node holds the same number of "
                           "GPUs; make --gpus a multiple of --nodes")

@@ -3,10 +3,10 @@
 ``memfit measure --gpus N --sharding ddp|zero1|zero2|zero3|fsdp|hsdp`` launches ``python -m
 torch.distributed.run --standalone --nproc-per-node N -m memfit.measure.sharded_worker REQUEST OUT`` (gloo on
 CPU, nccl on CUDA). Every rank builds the same model (same seed), wraps it as the sharding says
-(:mod:`memfit.measure.sharded_worker` has the torch 2.13.0 calls), runs ``tracked_steps`` real steps on its
-own random batch under :class:`~memfit.runtime.tracker.LiveTensorTracker` and rank 0 gathers every rank's
-peak (``dist.all_gather_object``) into OUT, one JSON document. One launch measures several specs in turn (the
-interpreter start-up and imports, ~10-40 s on a loaded CPU, are paid once).
+(:mod:`memfit.measure.sharded_worker` has the torch 2.13.0 calls), runs ``tracked_steps`` real steps (a full
+fine-tune, or LoRA under FSDP2) on its own random batch under :class:`~memfit.runtime.tracker.LiveTensorTracker`
+and rank 0 gathers every rank's peak (``dist.all_gather_object``) into OUT, one JSON document. One launch
+measures several specs in turn (the interpreter start-up and imports, ~10-40 s on a loaded CPU, are paid once).
 
 This module starts the processes and reads the result; it imports no torch.
 """
@@ -76,9 +76,12 @@ def check_measurable(spec: RunSpec, device: str) -> None:
         if device == "cpu":
             raise MemfitError("--offload-params / --offload-optimizer move states from the GPU to the host; on "
                               "--device cpu both are the same memory: measure them on CUDA, or estimate them")
-    if spec.method != "full":
-        raise MemfitError("measure --sharding shards a full fine-tune (--method full); LoRA's sharded run is "
-                          "estimated: memfit estimate ... --sharding")
+    if spec.method not in ("full", "lora"):
+        raise MemfitError(f"measure --sharding shards a full fine-tune or LoRA (--method full, lora); --method "
+                          f"{spec.method}'s quantised base is estimated: memfit estimate ... --sharding")
+    if spec.method == "lora" and spec.sharding in ("ddp", "zero1"):
+        raise MemfitError("measure --sharding runs LoRA under FSDP2 (--sharding fsdp, zero2, zero3, hsdp); its "
+                          f"--sharding {spec.sharding} run is estimated: memfit estimate ... --sharding")
     if spec.optimizer not in ("adamw", "sgd", "sgd-momentum"):
         raise MemfitError(f"measure --sharding steps torch's own optimizers (adamw, sgd, sgd-momentum); got "
                           f"--optimizer {spec.optimizer}")

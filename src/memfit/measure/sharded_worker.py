@@ -14,14 +14,17 @@ How each sharding is built, with torch 2.13.0's own APIs, the way the Trainer / 
 ``hsdp``  ``fully_shard`` on a 2-D mesh ``(nodes, gpus / nodes)`` = (replicate, shard)
 ========  ==========================================================================================
 
-accelerate 1.15.0 (``fsdp2_prepare_model``) carves two more units, the untied input embedding and the tail
-[final norm, lm_head] kept gathered (``reshard_after_forward=False``), and leaves the root to torch's default:
-measured on scaled Pythia-1.4B (4 layers, 2 ranks), 822,042,976 B per rank against 1,028,096,352 B with the root
-holding them; memfit models the per-layer + root wrapping only.
+``--fsdp-wrap accelerate`` builds accelerate 1.15.0's units instead (``fsdp2_prepare_model``, what the Trainer's
+FSDP2 runs): two more units, the untied input embedding and the tail [final norm, lm_head] kept gathered
+(``reshard_after_forward=False``), the root left to torch's default (:func:`fsdp_units`): measured on scaled
+Pythia-1.4B (4 layers, 2 ranks), 822,042,976 B per rank against 1,028,096,352 B with the root holding them.
 
 The decoder layers are the modules whose class is in the model's ``_no_split_modules`` (what accelerate's
-FSDP auto-wrap policy reads). ``--precision mixed-bf16`` adds ``MixedPrecisionPolicy(param_dtype=bfloat16,
-reduce_dtype=float32)``. The tracker is entered before the model is wrapped, so everything the wrapper
+FSDP auto-wrap policy reads). ``--precision mixed-bf16`` adds a ``MixedPrecisionPolicy`` (fp32 sharded
+parameters gathered in bf16; :func:`mixed_precision_policy`: torchtitan's fp32 reduce, or accelerate's bf16 one;
+gloo all-gathers and reduce-scatters bf16 on CPU in torch 2.13.0). ``--method lora`` shards the PEFT model as it
+is: the frozen base and the adapters in the same units (FSDP2 takes groups mixing frozen and trainable
+parameters). The tracker is entered before the model is wrapped, so everything the wrapper
 allocates (DDP's buckets, FSDP2's sharded parameters) is counted; sharded parameters are DTensors and count
 their local shard (:func:`memfit.runtime.ledger.local_of`).
 """
@@ -62,24 +65,59 @@ def shard_model(model: torch.nn.Module, spec: RunSpec, device: str) -> torch.nn.
         return DistributedDataParallel(model, bucket_cap_mb=spec.bucket_mb,
                                        device_ids=[torch.cuda.current_device()] if device == "cuda" else None)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
     mesh = (init_device_mesh(device, (spec.nodes, spec.gpus // spec.nodes), mesh_dim_names=("replicate", "shard"))
             if spec.sharding == "hsdp" else init_device_mesh(device, (spec.gpus,)))
     reshard = spec.reshard_after_forward if spec.reshard_after_forward is not None else spec.sharding != "zero2"
     kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
     if spec.precision == "mixed-bf16":
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kw["mp_policy"] = mixed_precision_policy(spec)
+    for unit, unit_kw in fsdp_units(model, spec):
+        fully_shard(unit, **{**kw, **unit_kw})
+    return model
+
+
+def mixed_precision_policy(spec: RunSpec) -> Any:
+    """FSDP2's policy for ``--precision mixed-bf16`` (fp32 sharded parameters, gathered in bf16): torchtitan's
+    ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`` with ``--fsdp-wrap layers``; accelerate
+    1.15.0's with ``--fsdp-wrap accelerate`` (``mixed_precision="bf16"``: ``FullyShardedDataParallelPlugin.
+    set_mixed_precision`` gives ``param_dtype = reduce_dtype = output_dtype = bfloat16``)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if spec.fsdp_wrap == "accelerate":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
+                                    output_dtype=torch.bfloat16)
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def fsdp_units(model: torch.nn.Module, spec: RunSpec) -> list[tuple[Any, dict[str, Any]]]:
+    """FSDP2's units in the order ``fully_shard`` is applied, each with its own keyword overrides.
+
+    ``--fsdp-wrap layers``: each decoder layer, then the root. ``--fsdp-wrap accelerate`` mirrors accelerate
+    1.15.0 ``fsdp2_prepare_model`` (utils/fsdp_utils.py) with the Trainer's transformer-based wrap: each decoder
+    layer; the input embedding when untied; the tail ``[final norm, (input embedding if tied), lm_head]`` with
+    ``reshard_after_forward=False``; the root with torch's default (``None``: False for the root), holding what
+    is left (no parameter in a causal LM)."""
+    from memfit.errors import MemfitError
+
     layers = decoder_layers(model)
     if not layers:
-        from memfit.errors import MemfitError
-
         raise MemfitError(f"{type(model).__name__} names no decoder layer class (_no_split_modules): it cannot be "
                           "sharded per layer")
-    for layer in layers:
-        fully_shard(layer, **kw)
-    fully_shard(model, **kw)
-    return model
+    units: list[tuple[Any, dict[str, Any]]] = [(layer, {}) for layer in layers]
+    if spec.fsdp_wrap == "layers":
+        return [*units, (model, {})]
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = head is not None and embed.weight is head.weight
+    if not tied:
+        units.append((embed, {}))
+    base = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    norms = [m for _, m in base.named_children() if "Norm" in type(m).__name__]  # accelerate's _find_final_norm
+    tail = [m for m in (norms[-1] if norms else None, *((embed,) if tied else ()), head) if m is not None]
+    units.append((tail, {"reshard_after_forward": False}))
+    units.append((model, {"reshard_after_forward": None}))
+    return units
 
 
 def sharded_optimizer(model: torch.nn.Module, spec: RunSpec) -> tuple[Any, Any]:

@@ -71,7 +71,8 @@ def step_cost(action: str, facts: Mapping[str, Any], time_factor: float, *, time
                 ("all_gather_bytes", "all-gathered"), ("reduce_scatter_bytes", "reduce-scattered"),
                 ("all_reduce_bytes", "all-reduced")) if facts.get(name))
         nodes = facts.get("nodes", 1)
-        where = f" ({nodes} nodes of 8: inter-node links carry it)" if nodes > 1 else ""
+        per = facts.get("gpus_per_node") or 8
+        where = f" ({nodes} nodes of {per}: inter-node links carry it)" if nodes > 1 else ""
         return (f"time: x{f:.2f} ({'assumed, ' if z == 'zero3' else ''}communication); {z} shards the "
                 f"{SHARDED_STATES[z]} over {facts['gpus']} GPUs{where}{comm if len(comm) > 11 else ''}")
     if action == "seq_len":

@@ -26,6 +26,23 @@ SHARDED_SPECS: tuple[RunSpec, ...] = tuple(
     for gpus in (2, 4) for sharding in ("ddp", "zero1", "zero2", "fsdp", *(("hsdp",) if gpus == 4 else ())))
 """fp32 AdamW (the for-loop kernel, torch's default on CPU tensors, as RESULTS ``## sharding`` was measured),
 one 64-token sequence per rank: 2 ranks x {ddp, zero1, zero2, fsdp}; 4 ranks add hsdp (2 nodes of 2)."""
+ACCELERATE_SPECS: tuple[RunSpec, ...] = tuple(
+    s.with_(fsdp_wrap="accelerate") for s in SHARDED_SPECS if s.sharding in ("zero2", "fsdp"))
+"""The FSDP2 rows again with accelerate 1.15.0's units (``--fsdp-wrap accelerate``: + the untied embedding, + the
+tail [norm, lm_head] kept gathered)."""
+MIXED_SPECS: tuple[RunSpec, ...] = tuple(
+    s.with_(precision="mixed-bf16", fsdp_wrap=wrap) for s in SHARDED_SPECS if s.sharding == "fsdp"
+    for wrap in ("layers", "accelerate"))
+"""fsdp under mixed-bf16: fp32 sharded parameters gathered in bf16 (``MixedPrecisionPolicy``: torchtitan's fp32
+reduce with the layers wrap, accelerate's bf16 reduce with its own), autocast's bf16 compute."""
+LORA_SPECS: tuple[RunSpec, ...] = tuple(
+    s.with_(method="lora", fsdp_wrap=wrap) for s in SHARDED_SPECS if s.sharding in ("zero2", "fsdp")
+    for wrap in ("layers", "accelerate") if s.sharding == "fsdp" or wrap == "layers")
+"""PEFT LoRA (r 16, PEFT's default targets) over fp32 weights under fully_shard: the frozen base sharded with the
+adapters, both wraps under fsdp, the layers wrap under zero2."""
+ROW_SETS: dict[str, tuple[RunSpec, ...]] = {"base": SHARDED_SPECS, "accelerate": ACCELERATE_SPECS,
+                                            "mixed": MIXED_SPECS, "lora": LORA_SPECS}
+"""The row sets ``bench/sharding.py --rows`` picks from (all of them by default)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,7 +61,8 @@ class ShardedRow:
     def label(self) -> str:
         s = self.spec
         nodes = f" ({s.nodes} nodes)" if s.nodes > 1 else ""
-        return f"{self.model} full fp32 b{s.batch} s{s.seq} {s.sharding} x{s.gpus}{nodes}"
+        wrap = " accelerate-wrap" if s.fsdp_wrap != "layers" else ""
+        return f"{self.model} {s.method} {s.precision} b{s.batch} s{s.seq} {s.sharding} x{s.gpus}{nodes}{wrap}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"row": self.label, "model": self.model, "spec": self.spec.to_dict(),
@@ -53,8 +71,11 @@ class ShardedRow:
 
 
 def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...] | None = None,
-                       on_row: Callable[[ShardedRow], None] | None = None) -> list[ShardedRow]:
-    """Measure and estimate every sharded row (one launch per model and world size)."""
+                       on_row: Callable[[ShardedRow], None] | None = None,
+                       rows: tuple[str, ...] | None = None) -> list[ShardedRow]:
+    """Measure and estimate every sharded row of the ``rows`` sets (:data:`ROW_SETS`; one launch per model and
+    world size)."""
+    chosen = [s for name, specs in ROW_SETS.items() if rows is None or name in rows for s in specs]
     from memfit.estimate import estimate_memory
     from memfit.measure.sharded import measure_sharded
 
@@ -65,7 +86,9 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
         config = scaled_config(name, hidden, layers)
         shape = ModelShape.from_hf_config(config, name=name)
         for n in gpus:
-            specs = [s for s in SHARDED_SPECS if s.gpus == n]
+            specs = [s for s in chosen if s.gpus == n]
+            if not specs:
+                continue
             for r in measure_sharded(config, specs):
                 row = ShardedRow(model=name, spec=r.spec, measured_bytes=r.peak_bytes,
                                  rank_bytes=tuple(x.peak_bytes for x in r.ranks),

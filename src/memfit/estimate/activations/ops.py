@@ -52,7 +52,8 @@ class Replay:
 
     @classmethod
     def start(cls, model: ModelShape, spec: RunSpec) -> Replay:
-        tape = Tape(compute_itemsize=spec.compute_bytes, autocast=spec.is_mixed)
+        fsdp_mp = spec.precision == "mixed-bf16" and spec.sharding in ("zero2", "zero3", "fsdp", "hsdp")  # bf16 gathers
+        tape = Tape(compute_itemsize=spec.compute_bytes, autocast=spec.is_mixed, params_in_compute=fsdp_mp)
         return cls(tape, model, spec, frozenset(lin.path for lin in adapted_linears(model, spec)))
 
     @property

@@ -91,6 +91,9 @@ class Tape:
 
     compute_itemsize: int
     autocast: bool = False
+    # FSDP2's MixedPrecisionPolicy(param_dtype=compute): every weight a module sees is its gathered parameter, already
+    # in the compute dtype; autocast copies none (:meth:`weight`)
+    params_in_compute: bool = False
     saved: dict[int, Saved] = field(default_factory=dict)
     events: list[BackwardEvent] = field(default_factory=list)
     saved_total: int = 0
@@ -118,6 +121,8 @@ class Tape:
 
     def weight(self, shape: tuple[int, ...], itemsize: int, requires_grad: bool) -> SymTensor:
         """A weight as a linear sees it: the parameter itself, or under autocast a copy in the compute dtype."""
+        if self.params_in_compute:
+            return self.param(shape, self.compute_itemsize, requires_grad)
         if self.autocast and itemsize != self.compute_itemsize:
             return self.new(shape, self.compute_itemsize, requires_grad)
         return self.param(shape, itemsize, requires_grad)
