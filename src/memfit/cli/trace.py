@@ -83,7 +83,7 @@ def trace_command(
         def on_phase(message: str) -> None:
             seen.append(message)
             bar.describe(message)
-            bar.update(len(seen) - 1, TRACE_PHASES)
+            bar.update((len(seen) - 1) % TRACE_PHASES, TRACE_PHASES)  # ZeRO-1 may trace a second rank: again
 
         result = trace_step(config, spec, name=model, snapshot=snapshot is not None, progress=on_phase)
     result = replace(result, target=target)
