@@ -136,7 +136,7 @@ def test_a_config_names_the_stage_and_the_world_size(capsys: pytest.CaptureFixtu
 
 
 def test_trace_and_measure_refuse_a_sharded_lora(capsys: pytest.CaptureFixture[str]) -> None:
-    # trace --sharding traces one rank of a full fine-tune (tests/trace/test_sharded.py); LoRA is refused before
+    # trace --sharding traces one rank of a full fine-tune (tests/trace/test_trace_sharded.py); LoRA is refused before
     assert main(["trace", "llama-3.1-8b", "--sharding", "zero3", "--gpus", "8"]) == 1
     err = capsys.readouterr().err
     assert "memfit estimate" in err and "--method full" in err and "Traceback" not in err
