@@ -23,8 +23,9 @@ def main() -> None:
     t0 = time.perf_counter()
 
     def show(r: ShardedRow) -> None:
-        print(f"{r.label:58s} measured {r.measured_bytes:>13,}  estimate {r.estimate_bytes:>13,}  {r.error:+.3%}",
-              flush=True)
+        traced = "" if r.trace_bytes is None else f"  trace {r.trace_bytes:>13,}  {r.trace_error:+.4%}"
+        print(f"{r.label:58s} measured {r.measured_bytes:>13,}  estimate {r.estimate_bytes:>13,}  {r.error:+.3%}"
+              f"{traced}", flush=True)
 
     rows = run_sharded_matrix(gpus=tuple(int(x) for x in args.gpus.split(",")),
                               models=tuple(args.models.split(",")) if args.models else None, on_row=show,
@@ -33,13 +34,18 @@ def main() -> None:
     lines = ["memfit measure --sharding: N real processes (torchrun, gloo on CPU, torch 2.13.0 FSDP2 / DDP / "
              "ZeroRedundancyOptimizer), each rank's peak of live storage bytes; the measured figure is the largest "
              "rank's. AdamW's for-loop kernel (torch's default on CPU tensors). Estimate = memfit estimate's per-GPU "
-             "peak.", "",
-             "| row | measured (max rank) B | ranks B | estimate B | error |", "|---|---:|---|---:|---:|"]
+             "peak. Trace = memfit trace --sharding: one rank traced in this one process on torch's fake process "
+             "group (fake tensors; ZeRO-1: the larger of rank 0 and the largest partition's rank).", "",
+             "| row | measured (max rank) B | ranks B | estimate B | error | trace B | trace error |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         ranks = " / ".join(f"{b:,}" for b in r.rank_bytes)
-        lines.append(f"| {r.label} | {r.measured_bytes:,} | {ranks} | {r.estimate_bytes:,} | {r.error:+.3%} |")
+        traced = "- | -" if r.trace_bytes is None else f"{r.trace_bytes:,} | {r.trace_error:+.4%}"
+        lines.append(f"| {r.label} | {r.measured_bytes:,} | {ranks} | {r.estimate_bytes:,} | {r.error:+.3%} "
+                     f"| {traced} |")
+    traced_max = f", trace max |error| {s['trace_max_abs_error']:.4%}" if "trace_max_abs_error" in s else ""
     lines += ["", f"{s['rows']} rows: estimate median |error| {s['median_abs_error']:.3%}, max "
-              f"{s['max_abs_error']:.3%} ({time.perf_counter() - t0:.0f} s)"]
+              f"{s['max_abs_error']:.3%}{traced_max} ({time.perf_counter() - t0:.0f} s)"]
     print("\n".join(lines[-1:]))
     if not args.no_write:
         write_section("sharding", "\n".join(lines))

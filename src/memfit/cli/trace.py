@@ -49,26 +49,25 @@ def trace_command(
     """Run one training step of MODEL's real transformers/PEFT code on fake tensors: the exact peak and who
     holds it, for any size, with no GPU. --device cuda (default) predicts a CUDA step, --device cpu a CPU one.
     With --gpu, whether it fits by the rule memfit estimate prints. --snapshot FILE.pickle writes the traced
-    step as a memory snapshot for https://pytorch.org/memory_viz. Exit codes: 0 an answer, 1 bad input,
-    2 usage, 3 does not fit (with --check)."""
+    step as a memory snapshot for https://pytorch.org/memory_viz. --sharding ddp|zero1|zero2|zero3|fsdp|hsdp
+    --gpus N [--nodes M] (full fine-tune): one rank of the N-GPU job on a fake process group, every figure that
+    GPU's. Exit codes: 0 an answer, 1 bad input, 2 usage, 3 does not fit (with --check)."""
     quiet_third_party(verbose)
     from dataclasses import replace
 
     if top < 0:
         raise MemfitError(f"--top {top}: the per-module table takes 0 rows or more (0 folds them all into one)")
     target = target_from_options(gpu, headroom, check=check)  # a bad --gpu or --headroom fails before the trace
-    if spec.sharding != "none":
-        raise MemfitError(f"memfit trace runs one process's step, unsharded; --sharding {spec.sharding} (from the "
-                          f"flag or a --config) is modelled by memfit estimate ... --sharding {spec.sharding} --gpus "
-                          f"{spec.gpus}: use that, or pass --sharding none to trace one full replica")
     require_extra("torch", "torch")
     require_extra("transformers", "torch")
     from memfit.report.trace import module_table, saved_table, trace_json, trace_table, verdict
     from memfit.trace.engine import check_trace_config, check_trace_spec, trace_step
+    from memfit.trace.sharded import check_sharded_trace
 
     if model is None:
         raise MemfitError("pass a MODEL (see `memfit models`, a config.json or a Hub id) or a --config that names one")
     check_trace_spec(spec)
+    check_sharded_trace(spec)
     check_html(html, force)
     check_snapshot(snapshot, force)
     config = load_config(model)
@@ -84,7 +83,7 @@ def trace_command(
         def on_phase(message: str) -> None:
             seen.append(message)
             bar.describe(message)
-            bar.update(len(seen) - 1, TRACE_PHASES)
+            bar.update((len(seen) - 1) % TRACE_PHASES, TRACE_PHASES)  # ZeRO-1 may trace a second rank: again
 
         result = trace_step(config, spec, name=model, snapshot=snapshot is not None, progress=on_phase)
     result = replace(result, target=target)

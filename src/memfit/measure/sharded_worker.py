@@ -57,18 +57,29 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def shard_model(model: torch.nn.Module, spec: RunSpec, device: str) -> torch.nn.Module:
-    """``model`` wrapped as ``spec.sharding`` says (the module docstring); returns what the step calls."""
+def sharding_mesh(spec: RunSpec, device: str) -> Any:
+    """FSDP2's device mesh for ``spec``: ``(gpus,)``, or ``(nodes, gpus / nodes)`` = (replicate, shard) for hsdp.
+    Made outside any ``FakeTensorMode`` (the mesh reads its rank table's values)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if spec.sharding == "hsdp":
+        return init_device_mesh(device, (spec.nodes, spec.gpus // spec.nodes), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device, (spec.gpus,))
+
+
+def shard_model(model: torch.nn.Module, spec: RunSpec, device: str, *, mesh: Any = None,
+                init_sync: bool = True) -> torch.nn.Module:
+    """``model`` wrapped as ``spec.sharding`` says (the module docstring); returns what the step calls.
+    ``mesh``: FSDP2's mesh when made beforehand (:func:`sharding_mesh`; the trace makes it outside its fake mode);
+    ``init_sync=False``: DDP skips its start-up shape check and broadcast (the trace's fake backend has no data)."""
     if spec.sharding in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, bucket_cap_mb=spec.bucket_mb,
+        return DistributedDataParallel(model, bucket_cap_mb=spec.bucket_mb, init_sync=init_sync,
                                        device_ids=[torch.cuda.current_device()] if device == "cuda" else None)
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    mesh = (init_device_mesh(device, (spec.nodes, spec.gpus // spec.nodes), mesh_dim_names=("replicate", "shard"))
-            if spec.sharding == "hsdp" else init_device_mesh(device, (spec.gpus,)))
+    mesh = sharding_mesh(spec, device) if mesh is None else mesh
     reshard = spec.reshard_after_forward if spec.reshard_after_forward is not None else spec.sharding != "zero2"
     kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
     if spec.precision == "mixed-bf16":

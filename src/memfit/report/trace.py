@@ -26,6 +26,9 @@ def trace_table(result: TraceResult, estimate: dict[str, Any] | None = None) -> 
     s = result.spec
     title = (f"{result.model} traced: {s.method}, {s.precision}, {s.optimizer}, batch {s.batch} x seq {s.seq}, "
              f"checkpointing {s.checkpointing}, {s.attention} on {s.device}")
+    if result.rank is not None:
+        nodes = f" over {s.nodes} nodes" if s.nodes > 1 else ""
+        title += f"; {s.sharding}, rank {result.rank} of {s.gpus}{nodes} (every figure one GPU's)"
     t = Table(title=title, caption=f"peak in the {result.peak_phase} phase (GiB = 1024^3 B)")
     t.add_column("component")
     t.add_column("traced bytes", justify="right")

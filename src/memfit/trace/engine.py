@@ -56,6 +56,7 @@ from memfit.estimate.allocator import advise
 from memfit.estimate.category import MODEL_STATES, Category
 from memfit.estimate.fits import CUDA_CONTEXT_BYTES, reserved_bytes
 from memfit.estimate.spec import RunSpec
+from memfit.measure.sharded_worker import fsdp_resizes_seen
 from memfit.runtime.allocations import step_allocations
 from memfit.runtime.build import fake_model
 from memfit.runtime.offload import HostCopies, counting_host
@@ -74,6 +75,15 @@ from memfit.trace.cuda import (
 )
 from memfit.trace.fake import known_inputs, warm_optimizer
 from memfit.trace.result import ModuleBytes, TraceResult
+from memfit.trace.sharded import (
+    check_sharded_trace,
+    fake_process_group,
+    gloo_reduce_scatter_copies,
+    make_mesh,
+    sharded_fake_model,
+    wrap_for_trace,
+    zero1_largest_partition,
+)
 
 Progress = Callable[[str], None]
 
@@ -112,48 +122,94 @@ def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
 
 
 def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None,
-               progress: Progress | None = None, snapshot: bool = False) -> TraceResult:
+               progress: Progress | None = None, snapshot: bool = False, rank: int | None = None) -> TraceResult:
     """Trace the steady-state training step of ``config`` under ``spec`` on fake tensors (module docstring).
 
     ``spec.device`` chooses the prediction: ``"cpu"`` is what a CPU step's live tensors hold; ``"cuda"``
     corrects the CPU kernels to the CUDA ones (:mod:`memfit.trace.cuda`). ``snapshot=True`` also builds the
-    memory snapshot (``TraceResult.snapshot``, not part of the JSON).
+    memory snapshot (``TraceResult.snapshot``, not part of the JSON). With ``spec.sharding`` other than
+    ``"none"``, one rank of ``spec.gpus`` on a fake process group (:mod:`memfit.trace.sharded`): ``rank``, or
+    the busiest: rank 0 under FSDP2 and DDP, whose ranks hold the same bytes; under ZeRO-1 the larger peak of
+    rank 0 and the rank with the largest partition.
     """
     from memfit.estimate.shape import language_config
 
     config = language_config(config)  # a multimodal config: its text model, the one the estimate reads
     check_trace_spec(spec)
+    check_sharded_trace(spec)
     check_trace_config(config, spec)
     vocab = int(config.get("vocab_size") or 0)
     if vocab < 1:
         raise MemfitError("the config has no vocab_size: add it to config.json")
     say = progress or (lambda _msg: None)
+    if spec.sharding == "none":
+        return _trace(config, spec, vocab, say, name=name, snapshot=snapshot, rank=None)
+    result = _trace(config, spec, vocab, say, name=name, snapshot=snapshot, rank=rank or 0)
+    other = result.largest_partition_rank
+    if rank is None and other is not None and other != result.rank:
+        # ZeRO-1: rank 0 holds the largest tensor's state (and the optimizer's largest temporaries), another rank
+        # may hold the largest partition: both traced, the larger peak kept (what must fit one GPU)
+        second = _trace(config, spec, vocab, say, name=name, snapshot=snapshot, rank=other)
+        result = max(result, second, key=lambda r: r.peak_bytes)
+    return result
+
+
+def _trace(config: dict[str, Any], spec: RunSpec, vocab: int, say: Progress, *, name: str | None,
+           snapshot: bool, rank: int | None) -> TraceResult:
+    with contextlib.ExitStack() as group:
+        mesh = None
+        if rank is not None:
+            group.enter_context(fake_process_group(spec.gpus, rank))
+            mesh = make_mesh(spec)  # before the fake mode: the mesh reads its rank table's values
+        return _trace_in(config, spec, vocab, say, name=name, snapshot=snapshot, rank=rank, mesh=mesh)
+
+
+def _trace_in(config: dict[str, Any], spec: RunSpec, vocab: int, say: Progress, *, name: str | None,
+              snapshot: bool, rank: int | None, mesh: Any) -> TraceResult:
     is_cuda = spec.device == "cuda"
+    sharded = rank is not None
     build_spec = spec.with_(attention="sdpa", device="cpu") if spec.attention == "flash" else spec.with_(
         device="cpu")
     t0 = time.perf_counter()
     mode = FakeTensorMode(allow_non_fake_inputs=False)
     say("building the model on fake tensors")
-    model = fake_model(config, build_spec, mode, device="cpu")
-    # a paged optimizer runs its non-paged twin on the fake tensors; its states, in CUDA unified memory, are not
-    # booked as device memory (the estimate reports them apart)
-    optimizer = make_optimizer(model, spec, paged=False)
-    scaler = make_scaler(build_spec, "cpu")
-    say("creating the optimizer state")
-    warm_optimizer(model, optimizer, mode)
-    build_seconds = time.perf_counter() - t0
-
-    host = host_storages(optimizer) if is_cuda else set()
-    if spec.is_paged:
-        host |= {id(t.untyped_storage()) for t in optimizer_state_tensors(optimizer)}
+    plain = build_spec.with_(sharding="none", gpus=1, nodes=1, reshard_after_forward=None) if sharded else build_spec
+    fsdp = sharded and spec.sharding not in ("ddp", "zero1")
+    model = sharded_fake_model(config, build_spec, mode, mesh) if fsdp else fake_model(config, plain, mode,
+                                                                                        device="cpu")
+    host: set[int] = set()
     offloaded = HostCopies(device_copy_on_unpack=is_cuda)  # --offload's host copies, booked apart
 
     def on_host(storage: Any) -> bool:
         return offloaded.claims(storage) or id(storage) in host
 
     tracker = LiveTensorTracker(vocab=vocab, booked_size=round_cuda if is_cuda else None, ignore_storage=on_host)
-    tracker.track_model(model)
-    tracker.track_optimizer(optimizer)
+    step_model: torch.nn.Module = model
+    largest = None
+    if sharded:  # wrapped under the tracker, as measure wraps: what the wrapper allocates is counted
+        say("sharding the model and creating the optimizer state")
+        with mode, tracker, fsdp_resizes_seen(tracker), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step_model, optimizer, state_optimizer = wrap_for_trace(model, build_spec, tracker)
+        if spec.sharding == "zero1":
+            largest = zero1_largest_partition(optimizer)
+    else:
+        # a paged optimizer runs its non-paged twin on the fake tensors; its states, in CUDA unified memory, are
+        # not booked as device memory (the estimate reports them apart)
+        optimizer = state_optimizer = make_optimizer(model, spec, paged=False)
+        say("creating the optimizer state")
+    scaler = make_scaler(build_spec, "cpu")
+    warm_optimizer(model, optimizer, mode)
+    build_seconds = time.perf_counter() - t0
+
+    if is_cuda:
+        host |= host_storages(state_optimizer)
+    if spec.is_paged:
+        host |= {id(t.untyped_storage()) for t in optimizer_state_tensors(optimizer)}
+    if not sharded:
+        tracker.track_model(model)
+    tracker.track_optimizer(state_optimizer)
+    optimizer_for_states = state_optimizer
     scopes = ModuleScopes(model, tracker)
     ledger = SavedTensorLedger.for_model(model, scopes)
     recorder = TimelineRecorder(tracker, model=model, keep_events=snapshot or is_cuda)
@@ -170,15 +226,21 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
                 stack.enter_context(CudaAutocastFloat32())
         stack.enter_context(counting_host(offloaded))
         stack.enter_context(tracker)
+        if sharded:
+            stack.enter_context(fsdp_resizes_seen(tracker))
+            if not is_cuda:  # measure on CPU runs gloo (memfit.trace.sharded)
+                stack.enter_context(gloo_reduce_scatter_copies())
         stack.enter_context(scopes)
         say("tracing one step: forward, backward, optimizer")
         with ledger:
-            run_step(model, build_spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
+            run_step(step_model, build_spec, optimizer=optimizer, batch=spec.batch, seq=spec.seq, vocab=vocab,
                      device="cpu", tracker=tracker, scaler=scaler)
         recorder.close()
     step_seconds = time.perf_counter() - t1
-    result = _result(config, spec, model, optimizer, tracker, ledger, name=name, build_seconds=build_seconds,
-                     step_seconds=step_seconds)
+    result = _result(config, spec, model, optimizer_for_states, tracker, ledger, name=name,
+                     build_seconds=build_seconds, step_seconds=step_seconds)
+    if sharded:
+        result = replace(result, rank=rank, largest_partition_rank=largest)
     memory = memory_snapshot(recorder.initial, recorder.events, recorder.final) if snapshot else None
     if is_cuda:  # the reserved peak: the step's allocations replayed through the caching allocator
         allocator = advise(step_allocations(recorder.initial, recorder.events))

@@ -7,7 +7,8 @@ Plain data (no torch), so reports and other engines read it without importing to
 compare key by key, and adds ``engine: "trace"``, ``per_module`` (who holds the activations alive at
 the peak), ``per_layer_peak``, ``saved_for_backward`` (bytes autograd saved per block, unique storages),
 ``timeline`` (memory over the step: ``[{"t", "phase", "module", "op", "bytes_by_category"}]``, at most
-:data:`memfit.timeline.MAX_TIMELINE_POINTS` points, the peak among them) and ``timing``.
+:data:`memfit.timeline.MAX_TIMELINE_POINTS` points, the peak among them), ``timing``, and ``rank`` /
+``world_size`` (``--sharding``: every figure is that one rank's, as the estimate's are one GPU's).
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class TraceResult:
     allocator: dict[str, Any] | None = None
     host_bytes: int = 0  # --offload: peak of the checkpoints' copies in host memory, not part of peak_bytes
     target: Target | None = None  # --gpu and --headroom, what the step is judged against
+    # --sharding: the rank traced (of spec.gpus, on a fake process group); ZeRO-1: the rank whose partition of the
+    # parameters is the largest (None otherwise: DDP / FSDP2 ranks hold the same bytes); None when unsharded
+    rank: int | None = None
+    largest_partition_rank: int | None = None
     timeline: tuple[TimelinePoint, ...] = ()
     snapshot: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # not in the JSON
 
@@ -113,6 +118,8 @@ class TraceResult:
             "reserved_source": _reserved_source(self),
             "allocator": self.allocator,
             "host_bytes": self.host_bytes,
+            "rank": self.rank,  # every figure is this rank's (one GPU's) under --sharding; null unsharded
+            "world_size": self.spec.gpus if self.rank is not None else 1,
             "gpu": None if self.target is None else self.target.gpu.to_dict(),
             "gpu_bytes": self.gpu_bytes,
             "fits": self.fits,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.errors import MemfitError
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 from memfit.validate.agreement import scaled_config
@@ -52,10 +53,15 @@ class ShardedRow:
     measured_bytes: int  # the largest rank's peak
     rank_bytes: tuple[int, ...]
     estimate_bytes: int
+    trace_bytes: int | None = None  # memfit trace --sharding: one rank on a fake process group (None: not traced)
 
     @property
     def error(self) -> float:
         return (self.estimate_bytes - self.measured_bytes) / self.measured_bytes
+
+    @property
+    def trace_error(self) -> float | None:
+        return None if self.trace_bytes is None else (self.trace_bytes - self.measured_bytes) / self.measured_bytes
 
     @property
     def label(self) -> str:
@@ -67,17 +73,20 @@ class ShardedRow:
     def to_dict(self) -> dict[str, Any]:
         return {"row": self.label, "model": self.model, "spec": self.spec.to_dict(),
                 "measured_bytes": self.measured_bytes, "rank_bytes": list(self.rank_bytes),
-                "estimate_bytes": self.estimate_bytes, "estimate_error": self.error}
+                "estimate_bytes": self.estimate_bytes, "estimate_error": self.error,
+                "trace_bytes": self.trace_bytes, "trace_error": self.trace_error}
 
 
 def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...] | None = None,
                        on_row: Callable[[ShardedRow], None] | None = None,
-                       rows: tuple[str, ...] | None = None) -> list[ShardedRow]:
-    """Measure and estimate every sharded row of the ``rows`` sets (:data:`ROW_SETS`; one launch per model and
-    world size)."""
+                       rows: tuple[str, ...] | None = None, trace: bool = True) -> list[ShardedRow]:
+    """Measure, estimate and (``trace``) trace every sharded row of the ``rows`` sets (:data:`ROW_SETS`; one launch
+    per model and world size; the trace runs in this process, one rank on a fake process group:
+    :mod:`memfit.trace.sharded`; a row the sharded trace refuses, e.g. LoRA, gets no trace figure)."""
     chosen = [s for name, specs in ROW_SETS.items() if rows is None or name in rows for s in specs]
     from memfit.estimate import estimate_memory
     from memfit.measure.sharded import measure_sharded
+    from memfit.trace.engine import trace_step
 
     out = []
     for name, hidden, layers in SHARDED_MODELS:
@@ -90,9 +99,15 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
             if not specs:
                 continue
             for r in measure_sharded(config, specs):
+                traced = None
+                if trace:
+                    try:
+                        traced = trace_step(config, r.spec, name=name).peak_bytes
+                    except MemfitError:  # the sharded trace's refusals (LoRA, offload ...): measured and estimated only
+                        traced = None
                 row = ShardedRow(model=name, spec=r.spec, measured_bytes=r.peak_bytes,
                                  rank_bytes=tuple(x.peak_bytes for x in r.ranks),
-                                 estimate_bytes=estimate_memory(shape, r.spec).peak_bytes)
+                                 estimate_bytes=estimate_memory(shape, r.spec).peak_bytes, trace_bytes=traced)
                 out.append(row)
                 if on_row is not None:
                     on_row(row)
@@ -101,4 +116,8 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
 
 def summarise_sharded(rows: list[ShardedRow]) -> dict[str, float]:
     errors = [abs(r.error) for r in rows]
-    return {"rows": len(rows), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)}
+    out = {"rows": len(rows), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)}
+    traced = [abs(e) for r in rows if (e := r.trace_error) is not None]
+    if traced:
+        out["trace_max_abs_error"] = max(traced)
+    return out
