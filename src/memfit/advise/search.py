@@ -94,7 +94,7 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
     n = len(costed)
 
     def fits(setup: Setup) -> bool:
-        return target.fits(cache.peak(setup.spec), setup.spec.device)
+        return cache.fits(target, setup.spec)
 
     if not any(fits(m) for m in minimal_setups(initial, data=data, extra_seqs=extra_seqs, kernels=kernels)):
         return CheapestFit(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=cache.estimates)
@@ -116,7 +116,8 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
         return CheapestFit(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=cache.estimates)
     _, peak, setup, cost = best
     return CheapestFit(setup=setup, peak_bytes=peak, cost=cost, candidates=n, evaluated=cache.estimates,
-                       changes=setup_changes(initial, setup), needs=requirements(initial, setup))
+                       changes=setup_changes(initial, setup), needs=requirements(initial, setup),
+                       reserved_bytes=cache.reserved(setup.spec))
 
 
 def _extras(initial: Setup, setup: Setup) -> int:

@@ -181,7 +181,7 @@ def trace_step(config: dict[str, Any], spec: RunSpec, *, name: str | None = None
                      step_seconds=step_seconds)
     memory = memory_snapshot(recorder.initial, recorder.events, recorder.final) if snapshot else None
     if is_cuda:  # the reserved peak: the step's allocations replayed through the caching allocator
-        allocator = advise(step_allocations(recorder.initial, recorder.events))
+        allocator = advise(step_allocations(recorder.initial, recorder.events), spec.allocator_settings)
         result = replace(result, allocator=allocator.to_dict(),
                          reserved_bytes=allocator.default.reserved_peak_bytes + CUDA_CONTEXT_BYTES)
     return replace(result, timeline=tuple(downsample(recorder.points)), snapshot=memory,
