@@ -144,7 +144,7 @@ def estimate_allocator(est: MemoryEstimate) -> AllocatorAdvice | None:
     are sharded: the sequence is one unsharded replica's)."""
     if est.spec.device != "cuda" or est.sharded is not None:
         return None
-    return advise(synthesised_allocations(est), est.spec.allocator_settings)
+    return advise(synthesised_allocations(est), est.spec.allocator_settings, replayed=est.allocator)
 
 
 def allocator_json(advice: AllocatorAdvice | None) -> dict[str, Any] | None:
