@@ -205,3 +205,20 @@ def test_fit_names_expandable_segments_when_the_allocator_replay_saves_notably()
     d = report.to_dict()["allocator"]
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in d["message"]
     assert fit(shape, spec.with_(device="cpu"), Target.resolve("24GiB"), search=False).allocator is None
+
+
+@pytest.mark.slow
+def test_search_does_not_assume_a_4bit_base_is_smallest_on_moe() -> None:
+    """Qwen3-30B-A3B LoRA r16 on attention, b4 s4096, A100-80GB: QLoRA leaves its fused experts unquantised and fp32
+    (transformers 5.24 quantises nn.Linear only; PEFT upcasts the rest), 4 B per expert weight against LoRA's bf16
+    2 B, so QLoRA is the larger run. The search's "if the least-memory candidates do not fit, nothing does" took
+    only the QLoRA ones and answered "nothing fits"; a bf16 LoRA run with checkpointing fits (the ordered plan finds
+    one too)."""
+    spec = RunSpec(method="lora", rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), batch=4, seq=4096)
+    shape = resolve_model("qwen3-30b-a3b")
+    lora = estimate_memory(shape, spec.with_(checkpointing="full", batch=1))
+    qlora = estimate_memory(shape, spec.with_(checkpointing="full", batch=1, method="qlora"))
+    assert qlora.model_states.weights_frozen > lora.model_states.weights_frozen
+    report = fit(shape, spec, Target.resolve("A100-80GB"))
+    assert report.fits and report.cheapest.setup is not None
+    assert report.cheapest.setup.spec.method == "lora"
