@@ -28,23 +28,38 @@ reserved peak 1,868 vs 1,866 MiB (Llama LoRA bf16 b4 s256), 956 vs 952 (Qwen 2.5
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from memfit.estimate.activations import ActivationBytes
-from memfit.estimate.allocator import AllocatorAdvice, EventKind, advise
+from memfit.estimate.allocator import AllocatorAdvice, AllocatorReplay, EventKind, advise
 from memfit.estimate.constants import INT64_BYTES
 from memfit.estimate.lora import block_linears
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, optimizer_temporaries
 
-if TYPE_CHECKING:  # budget imports this module (the estimate's reserved figure is this replay's)
-    from memfit.estimate.budget import MemoryEstimate
+
+class EstimateLike(Protocol):
+    """What is read of a :class:`memfit.estimate.budget.MemoryEstimate` (budget imports this module: its
+    ``reserved_bytes`` is this sequence's replay, so the class is not imported here)."""
+
+    @property
+    def shape(self) -> ModelShape: ...
+    @property
+    def spec(self) -> RunSpec: ...
+    @property
+    def model_states(self) -> ModelStates: ...
+    @property
+    def activations(self) -> ActivationBytes: ...
+    @property
+    def sharded(self) -> object | None: ...
+    @property
+    def allocator(self) -> AllocatorReplay | None: ...
 
 Event = tuple[EventKind, Hashable, int]
 
 
-def synthesised_allocations(est: MemoryEstimate) -> list[Event]:
+def synthesised_allocations(est: EstimateLike) -> list[Event]:
     """The allocator calls of two steps of ``est``'s run (module docstring)."""
     return allocations_of(est.shape, est.spec, est.model_states, est.activations)
 
@@ -139,7 +154,7 @@ def allocations_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activ
     return out
 
 
-def estimate_allocator(est: MemoryEstimate) -> AllocatorAdvice | None:
+def estimate_allocator(est: EstimateLike) -> AllocatorAdvice | None:
     """The caching-allocator replay of ``est``'s synthesised sequence on CUDA (None on CPU, or when the model states
     are sharded: the sequence is one unsharded replica's)."""
     if est.spec.device != "cuda" or est.sharded is not None:
