@@ -8,7 +8,7 @@ From Python::
     import memfit
     est = memfit.estimate("meta-llama/Llama-3.1-8B", method="qlora", rank=16, batch=4, seq=2048)
     plan = memfit.fit("llama-3.1-8b", gpu="24GiB", config="axolotl.yml")
-    memfit.Target.resolve("24GiB").judge(est.peak_bytes, est.spec.device).fits
+    memfit.Target.resolve("24GiB").judge(est.peak_bytes, est.spec.device, reserved=est.reserved_bytes).fits
     spec = memfit.RunSpec.from_config("axolotl.yml")
     spec = memfit.RunSpec.from_training_args(training_args, model.config, peft_config)
 

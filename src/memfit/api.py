@@ -11,8 +11,9 @@ config that names its base model makes ``model`` optional.
 >>> est.peak_bytes > est.model_states.weights_frozen
 True
 
-The GPU is not part of the run: ``memfit.Target.resolve("24GiB").judge(est.peak_bytes, est.spec.device)`` says
-whether it fits, by the rule ``memfit estimate --gpu`` prints.
+The GPU is not part of the run: ``memfit.Target.resolve("24GiB").judge(est.peak_bytes, est.spec.device,
+reserved=est.reserved_bytes)`` says whether it fits, by the rule ``memfit estimate --gpu`` prints (without
+``reserved``, the stated peak + 5% + 256 MiB + 512 MiB stands in for the allocator replay).
 """
 
 from __future__ import annotations

@@ -50,15 +50,17 @@ def test_the_cheapest_fit_by_hand() -> None:
 
 
 def test_nothing_fits_when_the_least_memory_candidates_do_not() -> None:
-    """The least-memory candidates (b1, the shortest sequence, the lowest rank, qlora, chunked, checkpointed):
-    qlora 4 GiB + rank 8 x 16 MiB on a 4 GiB budget: over, so the search stops before ranking."""
+    """The least-memory candidates (b1, the shortest sequence, the lowest rank, chunked, checkpointed; every method's,
+    since a 4-bit base is not always the smallest: MoE experts stay unquantised): qlora 4 GiB + rank 8 x 16 MiB on a
+    4 GiB budget, lora larger still: over, so the search stops before ranking."""
     spec = RunSpec(rank=64, batch=4, seq=2048, device="cpu")
     minimal = minimal_setups(Setup(spec=spec), data=None)
     assert {(m.spec.method, m.spec.rank, m.spec.seq, m.spec.batch, m.spec.loss, m.spec.checkpointing)
-            for m in minimal} == {("qlora", 8, 1024, 1, "chunked", "full"), ("qlora", 8, 1024, 1, "chunked", "sqrt")}
+            for m in minimal} == {(method, 8, 1024, 1, "chunked", ck) for method in ("qlora", "lora")
+                                  for ck in ("full", "sqrt")}
     cache = PeakCache(SHAPE, toy_estimate)
     c = cheapest_fit(cache, Target.resolve("4GiB", "0"), Setup(spec=spec), time_model=TimeModel(), data=None)
-    assert c.setup is None and c.candidates == 576 and cache.estimates == 2  # the two minimal runs only
+    assert c.setup is None and c.candidates == 576 and cache.estimates == 4  # the four minimal runs only
 
 
 def test_requirements_and_changes() -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from memfit.estimate import MemoryEstimate, ModelShape, RunSpec, estimate_memory
 from memfit.estimate.budget import budget_of
+from memfit.estimate.fits import CUDA_CONTEXT_BYTES, Target
 
 Estimator = Callable[[ModelShape, RunSpec], MemoryEstimate]
 
@@ -45,6 +46,22 @@ class PeakCache:
         if base.spec == spec:
             return base
         return budget_of(self.shape, spec, base.model_states, base.activations, base.moments)
+
+    def reserved(self, spec: RunSpec) -> int:
+        """CUDA reserved bytes per GPU of ``spec`` (the estimate's caching-allocator replay + context; CPU: the
+        peak)."""
+        return self.estimate(spec).reserved_bytes
+
+    def fits(self, target: Target, spec: RunSpec) -> bool:
+        """Whether ``spec`` fits ``target`` by :mod:`memfit.estimate.fits`' rule on the estimate's reserved figure.
+        The replay (tens of ms for a 70B) runs only for runs whose peak + the CUDA context fits: the replayed
+        reserved figure is never below that (:func:`memfit.estimate.budget.replayed_reserved_bytes`)."""
+        peak = self.peak(spec)
+        if spec.device != "cuda":
+            return target.fits(peak, spec.device)
+        if not target.fits(peak, spec.device, reserved=peak + CUDA_CONTEXT_BYTES):
+            return False
+        return target.fits(peak, spec.device, reserved=self.reserved(spec))
 
     def peak(self, spec: RunSpec) -> int:
         """Peak bytes per GPU of ``spec``."""

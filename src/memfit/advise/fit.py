@@ -67,8 +67,12 @@ def fit(shape: ModelShape, spec: RunSpec, target: Target, *, time_model: TimeMod
         final_cost=setup_cost(initial, final, time_model=time_model, data=data),
         cheapest=cheapest,
         rank_reduction=rank_reduction(cache, target, spec),
-        smallest_gpu_initial=None if plan.fits_setup(initial) else smallest_gpu(initial_peak, device, target.headroom),
-        smallest_gpu_final=None if plan.fits_setup(final) else smallest_gpu(final_peak, device, target.headroom),
+        smallest_gpu_initial=None if plan.fits_setup(initial) else smallest_gpu(
+            initial_peak, device, target.headroom, reserved=cache.reserved(initial.spec)),
+        smallest_gpu_final=None if plan.fits_setup(final) else smallest_gpu(
+            final_peak, device, target.headroom, reserved=cache.reserved(final.spec)),
+        initial_reserved=cache.reserved(initial.spec),
+        final_reserved=cache.reserved(final.spec),
         time_model=time_model,
         data=data,
         seq_rule="fallback" if data is None else "data",
@@ -94,4 +98,4 @@ def rank_reduction(cache: PeakCache, target: Target, spec: RunSpec) -> RankReduc
                          activation_bytes=cache.replica(spec).activation_bytes,
                          trainable_from=lora_trainable_params(cache.shape, spec),
                          trainable_to=lora_trainable_params(cache.shape, low),
-                         peak_after_bytes=after, fits_after=target.fits(after, spec.device))
+                         peak_after_bytes=after, fits_after=cache.fits(target, low))

@@ -32,11 +32,11 @@ class OrderedPlan:
         self.min_saving = max(MIN_SAVING_BYTES, int(target.budget_bytes * MIN_SAVING_SHARE))
 
     def fits_setup(self, setup: Setup) -> bool:
-        return self.target.fits(self.cache.peak(setup.spec), setup.spec.device)
+        return self.cache.fits(self.target, setup.spec)
 
     @property
     def fits(self) -> bool:
-        return self.target.fits(self.peak, self.current.spec.device)
+        return self.cache.fits(self.target, self.current.spec)
 
     def run(self, remedies: tuple[Remedy, ...] = REMEDY_ORDER) -> None:
         """Apply ``remedies`` in order until the current setup fits."""
@@ -63,5 +63,6 @@ class OrderedPlan:
         effect = remedy.effect(self.current, chosen, self.ctx)
         self.steps.append(FitStep(action=remedy.name, setup=chosen, peak_bytes=peak, saved_bytes=saved,
                                   time_factor=effect.time_factor, gives_up=effect.gives_up, facts=effect.facts,
-                                  fits=self.target.fits(peak, chosen.spec.device)))
+                                  fits=self.cache.fits(self.target, chosen.spec),
+                                  reserved_bytes=self.cache.reserved(chosen.spec)))
         self.current, self.peak = chosen, peak

@@ -57,13 +57,22 @@ class FitStep:
     gives_up: GivesUp
     facts: Mapping[str, Any]
     fits: bool
+    reserved_bytes: int | None = None  # CUDA: the estimate's replayed reserved figure (None: the stated rule)
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "spec": self.setup.spec.to_dict(), "peak_bytes": self.peak_bytes,
-                "reserved_bytes": reserved_bytes(self.peak_bytes, self.setup.spec.device),
+                "reserved_bytes": self.reserved,
                 "saved_bytes": self.saved_bytes, "time_factor": round(self.time_factor, 4),
                 "gives_up": self.gives_up, "facts": dict(self.facts), "sharding": self.setup.spec.sharding,
                 "packing": self.setup.packing, "fits": self.fits}
+
+
+    @property
+    def reserved(self) -> int:
+        """Reserved bytes per GPU after this step (CUDA: the estimate's replay + context; CPU: the peak)."""
+        if self.reserved_bytes is not None and self.setup.spec.device == "cuda":
+            return self.reserved_bytes
+        return reserved_bytes(self.peak_bytes, self.setup.spec.device)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,6 +98,7 @@ class CheapestFit:
     evaluated: int
     changes: dict[str, Any] = field(default_factory=dict)
     needs: tuple[Need, ...] = ()
+    reserved_bytes: int | None = None  # CUDA: the estimate's replayed reserved figure of ``setup``
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +107,7 @@ class CheapestFit:
             "sharding": self.setup.spec.sharding if self.setup else None,
             "packing": self.setup.packing if self.setup else None,
             "peak_bytes": self.peak_bytes,
+            "reserved_bytes": self.reserved_bytes,
             "cost": self.cost.to_dict() if self.cost else None,
             "changes": self.changes,
             "needs": list(self.needs),
@@ -146,6 +157,8 @@ class FitReport:
     data: DataProfile | None
     seq_rule: SeqRule
     allocator: AllocatorAdvice | None = None  # CUDA: the final plan's caching-allocator replay (synthesised)
+    initial_reserved: int | None = None  # CUDA: the estimates' replayed reserved figures (None: the stated rule)
+    final_reserved: int | None = None
 
     @property
     def gpu(self) -> GpuSpec:
@@ -173,28 +186,34 @@ class FitReport:
 
     @property
     def initial_reserved_bytes(self) -> int:
-        return reserved_bytes(self.initial_peak_bytes, self.device)
+        return self.verdict(self.initial_peak_bytes, self.initial_reserved).reserved_bytes
 
     @property
     def final_reserved_bytes(self) -> int:
-        return reserved_bytes(self.final_peak_bytes, self.device)
+        return self.verdict(self.final_peak_bytes, self.final_reserved).reserved_bytes
 
     @property
     def fits_initially(self) -> bool:
         """The rule of :mod:`memfit.estimate.fits` (reserved + headroom <= GPU), as ``memfit estimate`` says."""
-        return self.target.fits(self.initial_peak_bytes, self.device)
+        return self.verdict(self.initial_peak_bytes, self.initial_reserved).fits
 
     @property
     def fits(self) -> bool:
-        return self.target.fits(self.final_peak_bytes, self.device)
+        return self.verdict(self.final_peak_bytes, self.final_reserved).fits
 
-    def verdict(self, peak_bytes: int) -> FitVerdict:
-        return self.target.judge(peak_bytes, self.device)
+    def verdict(self, peak_bytes: int, reserved: int | None = None) -> FitVerdict:
+        return self.target.judge(peak_bytes, self.device, reserved=reserved)
 
-    def rule(self, peak_bytes: int) -> str:
+    def rule(self, peak_bytes: int, reserved: int | None = None) -> str:
         """``reserved 20.42 GiB + headroom 1.20 GiB (5% of the GPU) = 21.62 GiB <= 24.00 GiB (24GiB)``."""
         per = " per GPU" if self.gpus > 1 else ""
-        return self.verdict(peak_bytes).rule() + per
+        return self.verdict(peak_bytes, reserved).rule() + per
+
+    def initial_rule(self) -> str:
+        return self.rule(self.initial_peak_bytes, self.initial_reserved)
+
+    def final_rule(self) -> str:
+        return self.rule(self.final_peak_bytes, self.final_reserved)
 
     def breakdown(self) -> dict[str, int]:
         """Hierarchical byte keys: ``initial/peak``, ``steps/1-checkpointing/peak`` and ``/saved``, ...,
@@ -213,7 +232,7 @@ class FitReport:
             "fits_initially": self.fits_initially,
             "steps": [s.to_dict() for s in self.steps],
             "final": {"spec": self.final.spec.to_dict(), "peak_bytes": self.final_peak_bytes,
-                      "reserved_bytes": self.final_reserved_bytes, "rule": self.rule(self.final_peak_bytes),
+                      "reserved_bytes": self.final_reserved_bytes, "rule": self.final_rule(),
                       "sharding": self.final.spec.sharding, "packing": self.final.packing,
                       "cost": self.final_cost.to_dict()},
             "fits": self.fits,
@@ -225,7 +244,7 @@ class FitReport:
             "budget_bytes": self.budget_bytes,
             "headroom_bytes": self.headroom_bytes,
             "initial": {"spec": self.initial.spec.to_dict(), "peak_bytes": self.initial_peak_bytes,
-                        "reserved_bytes": self.initial_reserved_bytes, "rule": self.rule(self.initial_peak_bytes),
+                        "reserved_bytes": self.initial_reserved_bytes, "rule": self.initial_rule(),
                         "sharding": self.initial.spec.sharding, "packing": self.initial.packing},
             "skipped": [s.to_dict() for s in self.skipped],
             "rank_reduction": self.rank_reduction.to_dict() if self.rank_reduction else None,

@@ -74,10 +74,10 @@ def minimal_setups(initial: Setup, *, data: DataProfile | None, extra_seqs: tupl
     cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels))
     min_seq = min(c.spec.seq for c in cands)
     min_rank = min(c.spec.rank for c in cands)
-    most = {"qlora": 0, "int8-lora": 1, "lora": 2, "full": 3}
-    best_method = min((c.spec.method for c in cands), key=lambda m: most[m])
+    # every method's: a 4-bit base is not always the smallest (transformers 5.24 leaves MoE experts unquantised,
+    # and PEFT's prepare_model_for_kbit_training makes them fp32: more bytes than a bf16 LoRA base)
     out = [c for c in cands if c.spec.batch == 1 and c.spec.seq == min_seq and c.spec.rank == min_rank
-           and c.spec.method == best_method and c.spec.loss == "chunked"
+           and c.spec.loss == "chunked"
            and c.spec.checkpointing in ("full", "sqrt")
            and c.spec.sharding == (LADDER[-1] if s0.gpus > 1 else s0.sharding)]
     return out or [initial.with_(batch=1, grad_accum=s0.batch * s0.grad_accum)]
@@ -94,7 +94,7 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
     n = len(costed)
 
     def fits(setup: Setup) -> bool:
-        return target.fits(cache.peak(setup.spec), setup.spec.device)
+        return cache.fits(target, setup.spec)
 
     if not any(fits(m) for m in minimal_setups(initial, data=data, extra_seqs=extra_seqs, kernels=kernels)):
         return CheapestFit(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=cache.estimates)
@@ -116,7 +116,8 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
         return CheapestFit(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=cache.estimates)
     _, peak, setup, cost = best
     return CheapestFit(setup=setup, peak_bytes=peak, cost=cost, candidates=n, evaluated=cache.estimates,
-                       changes=setup_changes(initial, setup), needs=requirements(initial, setup))
+                       changes=setup_changes(initial, setup), needs=requirements(initial, setup),
+                       reserved_bytes=cache.reserved(setup.spec))
 
 
 def _extras(initial: Setup, setup: Setup) -> int:

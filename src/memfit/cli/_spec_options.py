@@ -111,6 +111,9 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "adamw_impl": (str, typer.Option("--adamw-impl", help="fused (the Trainer's default adamw_torch_fused) | "
                                      "foreach (adamw_torch on CUDA) | forloop: torch AdamW's kernel, and so its "
                                      "step's temporaries")),
+    "alloc_conf": (str, typer.Option("--alloc-conf", help="the run's PYTORCH_CUDA_ALLOC_CONF, e.g. "
+                                     "expandable_segments:True or max_split_size_mb:256: the CUDA caching "
+                                     "allocator replay behind the reserved figure honours it")),
 }
 
 # Flags that act only in some runs: given explicitly anywhere else, they would be silently ignored, so the
@@ -132,6 +135,8 @@ ONLY_WITH: dict[str, tuple[Callable[[RunSpec], bool], str]] = {
                       "every weight: drop it or pass --method lora"),
     "rank_pattern": (lambda s: s.is_adapter, "--rank-pattern sets LoRA ranks; --method full has no adapter: drop "
                      "it or pass --method lora"),
+    "alloc_conf": (lambda s: s.device == "cuda", "--alloc-conf sets the CUDA caching allocator; --device cpu has "
+                   "none: drop it or pass --device cuda"),
     "use_dora": (lambda s: s.is_adapter, "--dora decomposes LoRA's update (PEFT use_dora); --method full has no "
                  "adapter: drop --dora or pass --method lora"),
     "layers_to_transform": (lambda s: s.is_adapter, "--layers-to-transform chooses the layers LoRA adapts; "

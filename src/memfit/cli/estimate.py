@@ -121,7 +121,7 @@ def estimate_command(
         if explain:
             console.print(explain_table(est))
         console.print(verdict(est, target), highlight=False)
-    if check and target is not None and not target.fits(est.peak_bytes, spec.device):
+    if check and target is not None and not target.fits(est.peak_bytes, spec.device, reserved=est.reserved_bytes):
         raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 

@@ -381,15 +381,20 @@ class AllocatorAdvice:
                 "notable": self.notable, "message": self.message()}
 
 
-def advise(events: list[tuple[EventKind, Hashable, int]]) -> AllocatorAdvice:
-    """Replay ``events`` with torch's defaults, with ``expandable_segments:True`` and with each
-    ``max_split_size_mb`` of :data:`MAX_SPLIT_CANDIDATES_MB`; the best is the lowest reserved peak (the
-    simplest setting on a tie: expandable segments first)."""
-    default = replay(events)
+def advise(events: list[tuple[EventKind, Hashable, int]], current: AllocatorSettings | None = None, *,
+           replayed: AllocatorReplay | None = None) -> AllocatorAdvice:
+    """Replay ``events`` with ``current`` (the run's ``PYTORCH_CUDA_ALLOC_CONF``; default torch's defaults), with
+    ``expandable_segments:True`` and with each ``max_split_size_mb`` of :data:`MAX_SPLIT_CANDIDATES_MB`; the best
+    is the lowest reserved peak (the simplest setting on a tie: the current one, then expandable segments).
+    ``replayed``: ``events`` already replayed under ``current`` (the estimate's own replay), not replayed again."""
+    current = current or AllocatorSettings()
+    default = replayed if replayed is not None and replayed.settings == current else replay(events, current)
     options = [AllocatorSettings(expandable_segments=True)]
     options += [AllocatorSettings(max_split_size=mb * BYTES_PER_MIB) for mb in MAX_SPLIT_CANDIDATES_MB]
     best = default
     for option in options:
+        if option == current:
+            continue
         r = replay(events, option)
         if r.reserved_peak_bytes < best.reserved_peak_bytes:
             best = r

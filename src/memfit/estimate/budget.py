@@ -43,21 +43,29 @@ its components and ``reserved_bytes`` are one GPU's. Checked against real CPU st
 bench/RESULTS.md): the replay does not model every backward temporary (e.g. transposed copies inside bmm
 backward), which shows when a block's backward is the peak.
 
-``reserved_bytes`` (CUDA only) adds what ``torch.cuda.memory_reserved`` and ``nvidia-smi`` show on top:
-the caching allocator rounds each block to 512 B and carves 2 MiB / 20 MiB segments, which with
-fragmentation costs memfit's assumed 5% of the peak plus 256 MiB, and the CUDA context with cuBLAS /
-cuDNN workspaces, assumed 512 MiB (commonly 300-600 MiB depending on driver and GPU; not measured
-here). Whether the run fits is :mod:`memfit.estimate.fits`' rule, the same in ``estimate``, ``trace`` and
-``fit``: ``reserved_bytes`` + the headroom (default 5% of the GPU) <= the GPU's bytes.
+``reserved_bytes`` (CUDA only) is what ``torch.cuda.memory_reserved`` and ``nvidia-smi`` show: the step's
+allocation sequence synthesised from the estimate's own tensors (:mod:`memfit.estimate.synth_allocations`, two
+steps) replayed through a model of torch 2.13's caching allocator (:mod:`memfit.estimate.allocator`: 512 B
+blocks, 2 MiB / 20 MiB segments, best fit, splitting; ``spec.alloc_conf`` = ``PYTORCH_CUDA_ALLOC_CONF``'s
+``expandable_segments`` / ``max_split_size_mb``), its reserved peak + the CUDA context with cuBLAS / cuDNN
+workspaces, assumed 512 MiB (commonly 300-600 MiB depending on driver and GPU; not measured here), + any bytes of
+the peak the coarser sequence does not allocate (:func:`replayed_reserved_bytes`). The replay runs on first use
+of ``reserved_bytes`` (17-150 ms for the bench's models, a 70B ~110 ms; the peak alone stays ~1 ms), so the
+advisor replays only runs whose peak + context fits. Sharded runs keep the stated rule (peak + 5% + 256 MiB +
+512 MiB): the sequence is one unsharded replica's. Whether the run fits is :mod:`memfit.estimate.fits`' rule,
+the same in ``estimate``, ``trace`` and ``fit``: ``reserved_bytes`` + the headroom (default 5% of the GPU) <= the
+GPU's bytes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from memfit.estimate.activations import ActivationBytes, estimate_activations, rule_of_thumb_activation_bytes
 from memfit.estimate.adapter import trainable_tokens
+from memfit.estimate.allocator import AllocatorReplay, replay
 from memfit.estimate.category import Category
 from memfit.estimate.constants import INT64_BYTES
 from memfit.estimate.evaluation import eval_moments, eval_summary
@@ -72,6 +80,7 @@ from memfit.estimate.shape import ModelShape
 from memfit.estimate.sharding import ShardedPeak, shard_moments
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
+from memfit.estimate.synth_allocations import allocations_of
 from memfit.estimate.trl_loss import (
     TRL_TOKEN_CHUNK,
     TRL_VOCAB_CHUNK,
@@ -88,7 +97,7 @@ W_FROZEN, W_TRAIN, GRADS, OPT = (Category.WEIGHTS_FROZEN, Category.WEIGHTS_TRAIN
 ACTS, LOGITS, TEMPS, INPUTS = Category.ACTIVATIONS, Category.LOGITS, Category.TEMPORARIES, Category.INPUTS
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryEstimate:
     """The analytic memory budget of one training step (integer bytes throughout; per GPU when sharded).
 
@@ -104,10 +113,26 @@ class MemoryEstimate:
     activations: ActivationBytes
     activation_bytes: int  # everything the forward saves for backward (weights excluded)
     moments: tuple[Moment, ...]  # every candidate moment of the step, in step order
-    reserved_bytes: int  # CUDA: what the caching allocator reserves + context (see module docstring)
     rule_of_thumb_bytes: int
     sharded: ShardedPeak | None = None  # what spec.sharding did to the peak (None without sharding)
     host_bytes: int = 0  # --offload: the checkpoints' copies in host memory, not part of peak_bytes
+
+    @cached_property
+    def allocator(self) -> AllocatorReplay | None:
+        """CUDA, unsharded: the caching-allocator replay of the estimate's allocation sequence
+        (:func:`memfit.estimate.synth_allocations.allocations_of`, under ``spec.alloc_conf``); run on first use
+        (tens of milliseconds for a 70B: the advisor's search replays only the runs that fit by their peak)."""
+        if self.spec.device != "cuda" or self.sharded is not None:
+            return None
+        return replay(allocations_of(self.shape, self.spec, self.model_states, self.activations),
+                      self.spec.allocator_settings)
+
+    @cached_property
+    def reserved_bytes(self) -> int:
+        """CUDA: what the caching allocator reserves + the CUDA context (module docstring); CPU: the peak."""
+        if self.allocator is None:
+            return reserved_bytes(self.peak_bytes, self.spec.device)
+        return replayed_reserved_bytes(self.peak_bytes, self.allocator)
 
     @property
     def model(self) -> str:
@@ -128,6 +153,17 @@ class MemoryEstimate:
         out["reserved"] = self.reserved_bytes
         return out
 
+    @property
+    def reserved_source(self) -> str:
+        """Where :attr:`reserved_bytes` comes from, in words (the JSON's ``reserved_source``)."""
+        if self.spec.device != "cuda":
+            return "cpu: the peak"
+        if self.allocator is None:
+            return "assumed (sharded): peak + 5% + 256 MiB allocator + 512 MiB CUDA context"
+        conf = self.spec.alloc_conf or "torch's defaults"
+        return ("the caching-allocator replay of the estimate's allocation sequence "
+                f"(PYTORCH_CUDA_ALLOC_CONF: {conf}) + 512 MiB CUDA context (assumed)")
+
     def to_dict(self) -> dict[str, Any]:
         """The estimate's JSON; ``memfit estimate --json`` adds the verdict on ``--gpu``
         (:func:`memfit.estimate.fits.verdict_fields`)."""
@@ -143,8 +179,7 @@ class MemoryEstimate:
             "activations_per_layer": self.per_layer,
             "moments": [m.to_dict() for m in self.moments],
             "reserved_bytes": self.reserved_bytes,
-            "reserved_source": ("assumed: peak + 5% + 256 MiB allocator + 512 MiB CUDA context"
-                                if self.spec.device == "cuda" else "cpu: the peak"),
+            "reserved_source": self.reserved_source,
             "host_bytes": self.host_bytes,
             "sharding": None if self.sharded is None else self.sharded.to_dict(),
             "rule_of_thumb_bytes": self.rule_of_thumb_bytes,
@@ -172,9 +207,17 @@ def budget_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activation
     return MemoryEstimate(
         spec=spec, shape=shape, peak_bytes=top.total, peak_phase=top.phase, peak_moment=top.label,
         components=top.components(), model_states=st, activations=act, activation_bytes=act.total,
-        moments=per_gpu, reserved_bytes=reserved_bytes(top.total, spec.device), rule_of_thumb_bytes=rot,
-        sharded=sharded, host_bytes=act.offloaded,
+        moments=per_gpu, rule_of_thumb_bytes=rot, sharded=sharded, host_bytes=act.offloaded,
     )
+
+
+def replayed_reserved_bytes(peak_bytes: int, allocator: AllocatorReplay) -> int:
+    """CUDA's reserved figure from the caching-allocator replay of the estimate's allocation sequence: the CUDA
+    context (assumed 512 MiB) + the replay's reserved peak, + the live bytes of the estimate's peak beyond the
+    sequence's allocated peak (the moments the coarser sequence leaves out, e.g. a block's backward temporaries
+    beyond one tensor, counted as allocated without fragmentation)."""
+    missing = max(0, peak_bytes - allocator.allocated_peak_bytes)
+    return CUDA_CONTEXT_BYTES + allocator.reserved_peak_bytes + missing
 
 
 def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: ActivationBytes) -> tuple[Moment, ...]:

@@ -6,8 +6,10 @@ headroom kept free on it) judges a step's peak, in every command.
 ::
 
     need  = reserved                      (--device cuda)
-          = peak + 5% of the peak + 256 MiB   caching allocator: block rounding, 2/20 MiB segments, fragmentation
-                 + 512 MiB                    CUDA context, cuBLAS / cuDNN workspaces
+          = the caching allocator's reserved peak, replayed over the step's allocations (block rounding,
+            2/20 MiB segments, fragmentation; memfit.estimate.allocator)
+            + 512 MiB                       CUDA context, cuBLAS / cuDNN workspaces
+          (sharded runs, or a bare peak: peak + 5% of the peak + 256 MiB + 512 MiB, the stated rule)
     need  = peak                          (--device cpu: nothing is reserved beyond the live tensors)
 
     fits  <=>  need + headroom <= the GPU's bytes
@@ -17,10 +19,11 @@ reports; ``reserved`` is what ``torch.cuda.memory_reserved`` + the context add u
 shows as used. The allocator and context figures are memfit's stated assumptions (the context is
 commonly 300-600 MiB, depending on the driver and GPU; neither has been measured on a GPU yet).
 
-``memfit trace --device cuda`` replaces the 5% + 256 MiB allocator allowance with a replay of the step's real
-allocation sequence through the caching allocator (:mod:`memfit.estimate.allocator`; ``FitVerdict.reserved``);
-``estimate`` keeps the allowance and reports a replay of a synthesised sequence beside it
-(:mod:`memfit.estimate.synth_allocations`).
+``memfit trace --device cuda`` replays the step's real allocation sequence through the caching allocator
+(:mod:`memfit.estimate.allocator`; ``FitVerdict.reserved``); ``estimate`` and ``fit`` replay a sequence
+synthesised from the estimate's tensors (:mod:`memfit.estimate.synth_allocations`; ``MemoryEstimate.reserved_bytes``,
+passed as ``reserved``). :func:`reserved_bytes` (the stated 5% + 256 MiB allowance) is what is left for a peak
+without a sequence: sharded estimates, :func:`smallest_gpu` given only a peak.
 
 ``headroom`` (``--headroom``, default 5% of the GPU) is kept free on top of ``reserved`` for what the
 model does not know: the estimate's own error (max 2.85% over the 45-row agreement matrix of
@@ -29,7 +32,7 @@ hold (a desktop session takes a few hundred MiB of a GeForce card). A verdict of
 than that to spare is the one that fails at 3 a.m., so the default is not zero; ``--headroom 0`` judges
 ``reserved`` against the whole GPU.
 
-Worked example: a peak of 20 GiB on a 24 GiB card (CUDA): reserved = 20 + 1.00 + 0.25 + 0.50 = 21.75
+Worked example (the stated rule): a peak of 20 GiB on a 24 GiB card (CUDA): reserved = 20 + 1.00 + 0.25 + 0.50 = 21.75
 GiB; headroom 5% x 24 = 1.20 GiB; 21.75 + 1.20 = 22.95 <= 24.00: fits, 1.05 GiB to spare.
 """
 
@@ -200,24 +203,26 @@ class Target:
         return FitVerdict(gpu=self.gpu, device=device, peak_bytes=peak_bytes, headroom=self.headroom,
                           reserved=reserved)
 
-    def fits(self, peak_bytes: int, device: str) -> bool:
-        return self.judge(peak_bytes, device).fits
+    def fits(self, peak_bytes: int, device: str, *, reserved: int | None = None) -> bool:
+        return self.judge(peak_bytes, device, reserved=reserved).fits
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpu": self.gpu.to_dict(), "headroom": self.headroom.to_dict(), "budget_bytes": self.budget_bytes}
 
 
-def smallest_gpu(peak_bytes: int, device: str, headroom: Headroom) -> GpuSpec | None:
-    """The smallest GPU of the bundled table on which a step of ``peak_bytes`` fits with ``headroom``."""
-    return smallest_fitting_gpu(lambda g: Target(gpu=g, headroom=headroom).fits(peak_bytes, device))
+def smallest_gpu(peak_bytes: int, device: str, headroom: Headroom, *, reserved: int | None = None) -> GpuSpec | None:
+    """The smallest GPU of the bundled table on which a step of ``peak_bytes`` (``reserved`` on CUDA, when
+    replayed) fits with ``headroom``."""
+    return smallest_fitting_gpu(lambda g: Target(gpu=g, headroom=headroom).fits(peak_bytes, device, reserved=reserved))
 
 
-def verdict_fields(target: Target | None, peak_bytes: int, device: str) -> dict[str, Any]:
+def verdict_fields(target: Target | None, peak_bytes: int, device: str, *,
+                   reserved: int | None = None) -> dict[str, Any]:
     """The verdict keys every engine's JSON carries: ``gpu``, ``gpu_bytes``, ``fits``, ``spare_bytes`` and
     ``verdict`` (all None without a target)."""
     if target is None:
         return {"gpu": None, "gpu_bytes": None, "fits": None, "spare_bytes": None, "verdict": None}
-    v = target.judge(peak_bytes, device)
+    v = target.judge(peak_bytes, device, reserved=reserved)
     return {"gpu": target.gpu.to_dict(), "gpu_bytes": target.gpu.bytes, "fits": v.fits,
             "spare_bytes": v.spare_bytes, "verdict": v.to_dict()}
 

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, get_args
 
 from memfit.errors import MemfitError
+from memfit.estimate.allocator import AllocatorSettings
 
 Method = Literal["full", "lora", "qlora", "int8-lora"]
 Precision = Literal["fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16"]
@@ -101,6 +102,7 @@ class RunSpec:
     layers_pattern: tuple[str, ...] = ()  # PEFT layers_pattern: the ModuleList name the layer index follows
     trainable_token_indices: tuple[int, ...] = ()  # PEFT LoraConfig.trainable_token_indices: embedding rows trained
     bias: Bias = "none"  # PEFT bias: "all" trains every parameter named *.bias, "lora_only" the adapted linears'
+    alloc_conf: str = ""  # PYTORCH_CUDA_ALLOC_CONF the run sets (expandable_segments, max_split_size_mb; allocator.py)
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -184,6 +186,12 @@ class RunSpec:
         if self.attention == "flash" and self.device == "cpu":
             raise MemfitError("--attention flash needs --device cuda (FlashAttention has no CPU kernel); "
                               "use --attention sdpa on CPU")
+        AllocatorSettings.parse(self.alloc_conf)  # refuses the options the allocator replay does not model
+
+    @property
+    def allocator_settings(self) -> AllocatorSettings:
+        """The CUDA caching allocator's settings of the run (``PYTORCH_CUDA_ALLOC_CONF``, :attr:`alloc_conf`)."""
+        return AllocatorSettings.parse(self.alloc_conf)
 
     @property
     def is_adapter(self) -> bool:

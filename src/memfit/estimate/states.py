@@ -133,6 +133,12 @@ def _count(shape: ModelShape) -> ParamCount:
     return count_params(shape)
 
 
+def bnb_quantised(lin: Linear) -> bool:
+    """Whether transformers 5.24's bitsandbytes integration quantises this block linear: an ``nn.Linear`` module,
+    not the MoE router or the fused experts (3-D ``nn.Parameter`` tensors: module docstring of the quantised states)."""
+    return lin.experts == 1 and lin.role != "router"
+
+
 def nf4_bytes(numel: int, double_quant: bool) -> int:
     """bitsandbytes NF4 storage of one quantised weight of ``numel`` elements: 4 bits each, the per-64-block
     absmax constants and the layer's quantisation maps (module docstring).
@@ -310,8 +316,13 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     trainable_bytes = lora_params * FP32_BYTES + mts * mts_b + biases * bias_b + tokens * mts_b
     if spec.is_quantised:
         # each block linear quantised on its own (its blocks, its maps), per layer kind; the rest upcast to fp32
-        # by PEFT's prepare_model_for_kbit_training
-        lin_groups = [(block_linears(sub), n) for sub, n in shape.layer_groups()]
+        # by PEFT's prepare_model_for_kbit_training. transformers 5.24 quantises nn.Linear / Conv1D modules only
+        # (integrations/bitsandbytes.py replace_with_bnb_linear: ``type(module) is nn.Linear``): the MoE router
+        # and fused experts are nn.Parameters of MixtralExperts / Qwen3MoeExperts / GptOssExperts /
+        # DeepseekV3Experts and their TopKRouters, kept in the load dtype, then fp32 (PEFT 0.21.2 casts every
+        # fp16/bf16 parameter that is not Params4bit)
+        lin_groups = [(tuple(lin for lin in block_linears(sub) if bnb_quantised(lin)), n)
+                      for sub, n in shape.layer_groups()]
         lin_numel = sum(lin.weight_numel * n for lins, n in lin_groups for lin in lins)
         if spec.method == "qlora":
             quantised = sum(nf4_bytes(lin.weight_numel, spec.double_quant) * n

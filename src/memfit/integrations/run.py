@@ -231,13 +231,17 @@ def predict(config: dict[str, Any], spec: RunSpec, shape: BatchShape, *, fused_o
             trl_head: bool = False) -> Prediction:
     """The estimate for ``shape`` (its batch, seq and mask), as the Trainer runs the step
     (:func:`memfit.estimate.trainer.trainer_peak`: the fused AdamW kernel's missing temporaries, TRL's fused head)."""
+    from memfit.estimate.budget import replayed_reserved_bytes
     from memfit.estimate.fits import reserved_bytes
 
     run = spec.with_(batch=shape.batch, seq=shape.seq, padding_mask=shape.padding_mask)
     est = estimate_memory(ModelShape.from_hf_config(config), run)
     top = trainer_peak(est, fused_optimizer=fused_optimizer, trl_head=trl_head)
-    return Prediction(spec=run, shape=shape, peak_bytes=top.peak_bytes,
-                      reserved_bytes=reserved_bytes(top.peak_bytes, run.device), peak_moment=top.moment,
+    # CUDA: the caching-allocator replay of the estimate's sequence, with the Trainer's extra bytes as allocated
+    reserved = (reserved_bytes(top.peak_bytes, run.device) if est.allocator is None
+                else replayed_reserved_bytes(top.peak_bytes, est.allocator))
+    return Prediction(spec=run, shape=shape, peak_bytes=top.peak_bytes, reserved_bytes=reserved,
+                      peak_moment=top.moment,
                       components=top.components, estimate=est)
 
 

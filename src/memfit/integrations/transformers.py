@@ -161,11 +161,11 @@ class MemfitCallback(TrainerCallback):
         shape = longest_batch(args, train_dataloader, max_positions=positions)
         self.prediction = p = predict(self._config, spec, shape, fused_optimizer=self._fused, trl_head=self._trl_head)
         target = self._target(spec.device)
-        fits = target is None or target.judge(p.peak_bytes, spec.device).fits
+        fits = target is None or target.judge(p.peak_bytes, spec.device, reserved=p.reserved_bytes).fits
         lines = [f"memfit: predicted peak {gib(p.peak_bytes)} ({p.peak_bytes:,} B) at {p.peak_moment} for the "
                  f"longest batch, {shape.how}; run: {describe(p.spec)}"]
         if target is not None:
-            verdict = target.judge(p.peak_bytes, spec.device)
+            verdict = target.judge(p.peak_bytes, spec.device, reserved=p.reserved_bytes)
             lines.append(f"memfit: {'fits' if fits else 'does not fit'}: {verdict.rule()}")
             if not fits:
                 lines.append(f"memfit fit, in {type(args).__name__}'s terms:")

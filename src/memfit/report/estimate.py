@@ -25,7 +25,7 @@ def estimate_json(est: MemoryEstimate, target: Target | None) -> dict[str, Any]:
     for key, value in est.to_dict().items():
         out[key] = value
         if key == "reserved_bytes":
-            out.update(verdict_fields(target, est.peak_bytes, est.spec.device))
+            out.update(verdict_fields(target, est.peak_bytes, est.spec.device, reserved=est.reserved_bytes))
     out["allocator"] = allocator_json(estimate_allocator(est))  # CUDA: the caching-allocator replay, else None
     return out
 
@@ -102,7 +102,7 @@ def verdict(est: MemoryEstimate, target: Target | None) -> str:
         return (f"peak {_gib(est.peak_bytes)} ({est.peak_bytes / BYTES_PER_GB:.2f} GB) at {est.peak_moment}; "
                 "pass --gpu to judge the fit")
     per = " per GPU" if est.spec.gpus > 1 else ""
-    return verdict_line(target.judge(est.peak_bytes, est.spec.device)) + per
+    return verdict_line(target.judge(est.peak_bytes, est.spec.device, reserved=est.reserved_bytes)) + per
 
 
 def verdict_line(v: FitVerdict) -> str:

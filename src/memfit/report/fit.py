@@ -214,18 +214,18 @@ def fit_table(report: FitReport, width: int | None = None) -> Group:
     t.add_column("cost", overflow="fold", max_width=70)
     ok = "[green]yes[/]"
     no = "[red]no[/]"
-    def figures(peak: int) -> list[str]:
+    def figures(peak: int, reserved: int) -> list[str]:
         cells = [_gib(peak)]
         if report.device == "cuda":
-            cells.append(_gib(reserved_bytes(peak, report.device)))
+            cells.append(_gib(reserved))
         return cells
 
-    t.add_row("0", "start", "(as given)", *figures(report.initial_peak_bytes), "",
+    t.add_row("0", "start", "(as given)", *figures(report.initial_peak_bytes, report.initial_reserved_bytes), "",
               ok if report.fits_initially else no, "")
     previous = report.initial
     for i, step in enumerate(report.steps, 1):
         cost = step_cost(step.action, step.facts, step.time_factor, time_source=report.time_model.source)
-        t.add_row(str(i), step.action, describe_changes(previous, step.setup), *figures(step.peak_bytes),
+        t.add_row(str(i), step.action, describe_changes(previous, step.setup), *figures(step.peak_bytes, step.reserved),
                   _gib(step.saved_bytes), ok if step.fits else no, cost)
         previous = step.setup
     # a narrow terminal: the cost prose goes under the table, step by step, before a flag or a figure is cut
@@ -253,8 +253,9 @@ def fit_table(report: FitReport, width: int | None = None) -> Group:
     if message:
         lines.append(Text(f"Allocator: {message}; replayed over an allocation sequence synthesised from the "
                           "estimate (CUDA-unverified).", style="yellow"))
-    reserved = ("reserved = the peak allocated (torch.cuda.max_memory_allocated) + 5% + 256 MiB of allocator "
-                "overhead + 512 MiB of CUDA context, what nvidia-smi shows; " if report.device == "cuda" else "")
+    reserved = ("reserved = the CUDA caching allocator's reserved peak, replayed over the estimate's allocation "
+                "sequence (memfit.estimate.allocator), + 512 MiB of CUDA context (assumed), what nvidia-smi shows; "
+                if report.device == "cuda" else "")
     lines.append(Text(f"Time factors: checkpointing x{report.time_model.checkpoint_factor:.2f} "
                       f"({report.time_model.source}); others as documented in memfit.advise.costs. Fits: {reserved}"
                       "the headroom is kept free on top for the estimate's error and other processes; the same rule "
@@ -276,16 +277,16 @@ def _spec_summary(setup: Setup) -> str:
 def _verdict(report: FitReport) -> Text:
     if report.fits_initially:
         spare = report.budget_bytes - report.initial_reserved_bytes
-        return Text(f"Fits as it is: {report.rule(report.initial_peak_bytes)}; {_gib(spare)} GiB to spare.",
+        return Text(f"Fits as it is: {report.initial_rule()}; {_gib(spare)} GiB to spare.",
                     style="bold green")
-    start = f"The start does not fit: {report.rule(report.initial_peak_bytes)}. "
+    start = f"The start does not fit: {report.initial_rule()}. "
     if report.fits:
         n = len(report.steps)
         cost = report.final_cost
-        return Text(f"{start}Fits after {n} step{'s' if n != 1 else ''}: {report.rule(report.final_peak_bytes)} "
+        return Text(f"{start}Fits after {n} step{'s' if n != 1 else ''}: {report.final_rule()} "
                     f"(peak {_gib(report.final_peak_bytes)} GiB); gives up {cost.gives_up}, step time "
                     f"x{cost.time_factor:.2f}.", style="bold green")
-    parts = [f"{start}Nothing on the ordered path fits: the final plan: {report.rule(report.final_peak_bytes)}."]
+    parts = [f"{start}Nothing on the ordered path fits: the final plan: {report.final_rule()}."]
     for label, g in (("final plan", report.smallest_gpu_final), ("spec as given", report.smallest_gpu_initial)):
         if g is not None:
             parts.append(f"Smallest GPU in the table for the {label}: {g.name} ({_gib(g.bytes)} GiB).")
@@ -303,8 +304,8 @@ def _cheapest_line(report: FitReport) -> Text:
     change = describe_changes(report.initial, c.setup)
     spec = c.setup.spec.to_dict()
     needs = f" Needs: {'; '.join(need_text(n, spec) for n in c.needs)}." if c.needs else ""
-    reserved = (f", reserved {_gib(reserved_bytes(c.peak_bytes, report.device))} GiB"
-                if report.device == "cuda" else "")
+    c_reserved = c.reserved_bytes if c.reserved_bytes is not None else reserved_bytes(c.peak_bytes, report.device)
+    reserved = f", reserved {_gib(c_reserved)} GiB" if report.device == "cuda" else ""
     return Text(f"Cheapest overall ({c.candidates:,} configurations, {c.evaluated:,} estimated): {change}; "
                 f"peak {_gib(c.peak_bytes)} GiB{reserved}; gives up {c.cost.gives_up}, step time "
                 f"x{c.cost.time_factor:.2f}."

@@ -96,6 +96,13 @@ def check_trace_spec(spec: RunSpec) -> None:
     if spec.precision == "mixed-fp16":
         raise MemfitError("trace supports fp32, bf16, fp16 and mixed-bf16; mixed-fp16 needs GradScaler's "
                           "value checks (inf/nan) that fake tensors cannot answer: use mixed-bf16")
+    if spec.method == "qlora" and spec.use_dora:
+        # PEFT 0.21.2's DoRA weight norm dequantises the base weight (dequantize_module_weight, which looks for a
+        # bitsandbytes Params4bit): the trace's fake 4-bit weight is not one, so the norm adds the packed
+        # (out*in/2, 1) bytes to B@A and fails on its shape
+        raise MemfitError("trace does not run QLoRA with --dora yet (PEFT's weight norm dequantises the 4-bit "
+                          "weight, which the fake tensors do not reproduce): `memfit measure` runs it on CPU and "
+                          "`memfit estimate` models it")
 
 
 def check_trace_config(config: dict[str, Any], spec: RunSpec) -> None:
@@ -243,7 +250,7 @@ def _trace_in(config: dict[str, Any], spec: RunSpec, vocab: int, say: Progress, 
         result = replace(result, rank=rank, largest_partition_rank=largest)
     memory = memory_snapshot(recorder.initial, recorder.events, recorder.final) if snapshot else None
     if is_cuda:  # the reserved peak: the step's allocations replayed through the caching allocator
-        allocator = advise(step_allocations(recorder.initial, recorder.events))
+        allocator = advise(step_allocations(recorder.initial, recorder.events), spec.allocator_settings)
         result = replace(result, allocator=allocator.to_dict(),
                          reserved_bytes=allocator.default.reserved_peak_bytes + CUDA_CONTEXT_BYTES)
     return replace(result, timeline=tuple(downsample(recorder.points)), snapshot=memory,
