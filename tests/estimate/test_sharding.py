@@ -135,11 +135,12 @@ def test_a_config_names_the_stage_and_the_world_size(capsys: pytest.CaptureFixtu
     assert (d["spec"]["sharding"], d["spec"]["gpus"]) == ("zero2", 8) and d["sharding"]["sharding"] == "zero2"
 
 
-def test_trace_refuses_a_sharded_lora_and_measure_a_sharded_qlora(capsys: pytest.CaptureFixture[str]) -> None:
-    # trace --sharding traces one rank of a full fine-tune (tests/trace/test_trace_sharded.py); LoRA is refused before
-    assert main(["trace", "llama-3.1-8b", "--sharding", "zero3", "--gpus", "8"]) == 1
+def test_trace_and_measure_refuse_a_sharded_qlora(capsys: pytest.CaptureFixture[str]) -> None:
+    # trace --sharding traces one rank of a full fine-tune or LoRA run (tests/trace/test_trace_sharded.py); QLoRA is
+    # refused before any build
+    assert main(["trace", "llama-3.1-8b", "--method", "qlora", "--sharding", "zero3", "--gpus", "8"]) == 1
     err = capsys.readouterr().err
-    assert "memfit estimate" in err and "--method full" in err and "Traceback" not in err
+    assert "memfit estimate" in err and "--method full, lora" in err and "Traceback" not in err
     # measure --sharding runs real processes (tests/measure/test_sharded.py), full and LoRA; a QLoRA run is refused
     # before any
     assert main(["measure", "llama-3.1-8b", "--method", "qlora", "--sharding", "zero3", "--gpus", "8"]) == 1

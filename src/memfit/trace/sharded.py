@@ -57,9 +57,9 @@ def check_sharded_trace(spec: RunSpec) -> None:
     if spec.sharding not in TRACED_SHARDINGS:
         raise MemfitError(f"trace --sharding runs {', '.join(TRACED_SHARDINGS)}; got {spec.sharding!r}")
     alt = f"memfit estimate ... --sharding {spec.sharding} --gpus {spec.gpus}"
-    if spec.method != "full":
-        raise MemfitError(f"trace --sharding shards a full fine-tune (--method full), as measure does; a sharded "
-                          f"{spec.method} run is modelled by `{alt}`")
+    if spec.method not in ("full", "lora"):
+        raise MemfitError(f"trace --sharding shards a full fine-tune or a LoRA run (--method full, lora), as "
+                          f"measure does; a sharded {spec.method} run is modelled by `{alt}`")
     if spec.optimizer not in SHARDED_OPTIMIZERS:
         raise MemfitError(f"trace --sharding steps torch's own optimizers ({', '.join(SHARDED_OPTIMIZERS)}); "
                           f"--optimizer {spec.optimizer} sharded is modelled by `{alt}`")
