@@ -143,8 +143,7 @@ def dora_weight_norm(rp: Replay, lin: Linear, r: int, live: tuple[SymTensor, ...
     product = i * o * FP32_BYTES
     # under autocast the fp32 eye is alive beside its bf16 copy until lora_B's bf16 output is made
     making = (i * i * FP32_BYTES + i * o * ac) if t.autocast else 0
-    # QLoRA: dequantize_module_weight makes a new W (bitsandbytes' dequantize_4bit), then the fp32 copy (CUDA
-    # assumption from the source: no QLoRA step runs on this CPU to measure it)
+    # QLoRA: dequantize_module_weight makes a new W (dequantize_4bit), then the fp32 copy (measured: rows_quant)
     w_copy = o * i * FP32_BYTES if rp.spec.method == "qlora" or rp.spec.weight_bytes != FP32_BYTES else 0
     inputs = sum({v.storage: v.storage_bytes for v in live if v.storage not in t.saved}.values())
     t.transient(inputs + max(graph + making, graph + product + w_copy + 2 * o * i * FP32_BYTES))
