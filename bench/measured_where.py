@@ -36,6 +36,13 @@ ROWS = [
      "the stated rule: the synthesised sequence is one unsharded replica's; NCCL's own buffers not modelled"),
     ("paged optimizers' states (`paged_optimizer_bytes`)", "**CUDA assumption**",
      "cudaMallocManaged unified memory outside the allocator's counters; reported apart, not measurable on CPU"),
+    ("`## sharding` trace column; `## sharding at scale` (Llama-3.1-70B over 8 and 64 GPUs)", "**CPU** (fake "
+     "tensors, fake process group)", "one rank traced in one process on torch's FakeStore backend; the collectives "
+     "move no data; NCCL's CUDA-side buffers are **not modelled**, gloo's reduce-scatter input copy is added only "
+     "for `--device cpu`"),
+    ("`## deepspeed on CPU`", "**CPU-measured**", "DeepSpeed 0.19.8's own ZeRO-1/2/3 engine on 2 gloo ranks "
+     "(DS_ACCELERATOR=cpu) with memfit's tracker; a comparison with memfit's torch-ZeRO estimate, not agreement "
+     "rows"),
     ("`## peers` full-size rows; `## agreement` full-size configs", "**trace / published GPU figures**",
      "no CPU runs them: the reference is the trace or another framework's published GPU measurement"),
     ("timings: `## fit`, `## pack`, `## lengths`, `## scale`, `## trace`, `## estimate` ms", "**CPU-measured**",
