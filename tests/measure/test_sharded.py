@@ -91,3 +91,16 @@ def test_sharding_knobs_are_checked_where_the_spec_is_built(capsys: pytest.Captu
         assert main([*base, *flags]) == 1
         err = capsys.readouterr().err
         assert match in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"], ids=["on-cpu", "on-gpu"])  # (an id "cuda" would skip it here)
+def test_offloaded_sharded_runs_are_refused_not_measured_without_offload(device: str) -> None:
+    """The worker applies no FSDP2 CPUOffloadPolicy: on CUDA it would have run (and reported) a step without
+    offload, so measure refuses --offload-params / --offload-optimizer on both devices and names the estimate.
+    Checked before any launch, so no GPU is needed."""
+    from memfit.measure.sharded import check_measurable
+
+    for kw in ({"cpu_offload_params": True}, {"cpu_offload_optimizer": True}):
+        spec = RunSpec(method="full", sharding="fsdp", gpus=2, device=device, **kw)  # type: ignore[arg-type]
+        with pytest.raises(MemfitError, match="estimate them"):
+            check_measurable(spec, device)

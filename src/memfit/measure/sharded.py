@@ -73,9 +73,12 @@ def check_measurable(spec: RunSpec, device: str) -> None:
         raise MemfitError(f"measure --gpus {spec.gpus} runs --sharding {', '.join(MEASURED_SHARDINGS)}; got "
                           f"{spec.sharding!r}")
     if spec.cpu_offload_params or spec.cpu_offload_optimizer:
-        if device == "cpu":
-            raise MemfitError("--offload-params / --offload-optimizer move states from the GPU to the host; on "
-                              "--device cpu both are the same memory: measure them on CUDA, or estimate them")
+        # on CPU device and host are one memory; on CUDA the worker does not apply FSDP2's CPUOffloadPolicy (it would
+        # run, and report, a step without offload), so both are refused rather than measured wrong
+        where = ("on --device cpu both are the same memory" if device == "cpu" else
+                 "the launcher does not apply FSDP2's CPUOffloadPolicy")
+        raise MemfitError(f"--offload-params / --offload-optimizer move states from the GPU to the host; {where}: "
+                          "estimate them (memfit estimate ... --sharding ... --offload-params)")
     if spec.method not in ("full", "lora"):
         raise MemfitError(f"measure --sharding shards a full fine-tune or LoRA (--method full, lora); --method "
                           f"{spec.method}'s quantised base is estimated: memfit estimate ... --sharding")
