@@ -20,14 +20,12 @@ from __future__ import annotations
 
 from memfit.advise.remedies import Context, Effect, NotApplicable, Options, Remedy
 from memfit.advise.setup import Setup
-from memfit.estimate import estimate_memory
 from memfit.estimate.evaluation import kept_steps
 
 
 def eval_is_peak(cur: Setup, ctx: Context) -> bool:
     """Whether ``cur``'s peak moment is an evaluation moment (``"evaluation: ..."``)."""
-    return cur.spec.eval_batch is not None and estimate_memory(ctx.shape, cur.spec).peak_moment.startswith(
-        "evaluation")
+    return cur.spec.eval_batch is not None and ctx.estimate(cur.spec).peak_moment.startswith("evaluation")
 
 
 def _halvings(n: int) -> list[int]:

@@ -47,7 +47,8 @@ def fit(shape: ModelShape, spec: RunSpec, target: Target, *, time_model: TimeMod
     time_model = time_model or TimeModel()
     cache = PeakCache(shape, estimate)
     initial = Setup(spec=spec)
-    plan = OrderedPlan(cache, target, Context(initial=initial, time_model=time_model, data=data, shape=shape))
+    plan = OrderedPlan(cache, target, Context(initial=initial, time_model=time_model, data=data, shape=shape,
+                                                   estimator=cache.estimate))
     initial_peak = plan.peak
     plan.run(EVAL_REMEDIES + REMEDY_ORDER if spec.eval_batch is not None else REMEDY_ORDER)
     final, final_peak = plan.current, plan.peak

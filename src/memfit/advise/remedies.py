@@ -38,7 +38,7 @@ from memfit.advise.costs import GivesUp, TimeModel, setup_cost
 from memfit.advise.profile import DataProfile
 from memfit.advise.result import SkipReason
 from memfit.advise.setup import Setup
-from memfit.estimate import ModelShape
+from memfit.estimate import MemoryEstimate, ModelShape, RunSpec, estimate_memory
 from memfit.estimate.constants import SEQ_MULTIPLE, seq_round_up
 from memfit.estimate.sharding import LADDER, communication_bytes, nodes_needed
 
@@ -53,6 +53,12 @@ class Context:
     time_model: TimeModel
     data: DataProfile | None
     shape: ModelShape
+    # the plan's memoised estimator (fit passes its PeakCache's); None: estimate_memory on ``shape``
+    estimator: Callable[[RunSpec], MemoryEstimate] | None = None
+
+    def estimate(self, spec: RunSpec) -> MemoryEstimate:
+        """The estimate of ``spec``: through the plan's memo when one was given."""
+        return self.estimator(spec) if self.estimator is not None else estimate_memory(self.shape, spec)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
