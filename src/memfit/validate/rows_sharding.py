@@ -82,7 +82,7 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
                        rows: tuple[str, ...] | None = None, trace: bool = True) -> list[ShardedRow]:
     """Measure, estimate and (``trace``) trace every sharded row of the ``rows`` sets (:data:`ROW_SETS`; one launch
     per model and world size; the trace runs in this process, one rank on a fake process group:
-    :mod:`memfit.trace.sharded`; a row the sharded trace refuses, e.g. LoRA, gets no trace figure)."""
+    :mod:`memfit.trace.sharded`; a row the sharded trace refuses gets no trace figure)."""
     chosen = [s for name, specs in ROW_SETS.items() if rows is None or name in rows for s in specs]
     from memfit.estimate import estimate_memory
     from memfit.measure.sharded import measure_sharded
@@ -99,12 +99,8 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
             if not specs:
                 continue
             for r in measure_sharded(config, specs):
-                traced = None
-                if trace:
-                    try:
-                        traced = trace_step(config, r.spec, name=name).peak_bytes
-                    except MemfitError:  # the sharded trace's refusals (LoRA, offload ...): measured and estimated only
-                        traced = None
+                traced = (trace_step(config, r.spec, name=name).peak_bytes
+                          if trace and _traceable(r.spec) else None)
                 row = ShardedRow(model=name, spec=r.spec, measured_bytes=r.peak_bytes,
                                  rank_bytes=tuple(x.peak_bytes for x in r.ranks),
                                  estimate_bytes=estimate_memory(shape, r.spec).peak_bytes, trace_bytes=traced)
@@ -112,6 +108,18 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
                 if on_row is not None:
                     on_row(row)
     return out
+
+
+def _traceable(spec: RunSpec) -> bool:
+    """Whether the sharded trace runs ``spec`` (its own check, :func:`memfit.trace.sharded.check_sharded_trace`);
+    a refused row (QLoRA, offload ...) is measured and estimated only, and any other trace failure still raises."""
+    from memfit.trace.sharded import check_sharded_trace
+
+    try:
+        check_sharded_trace(spec)
+    except MemfitError:
+        return False
+    return True
 
 
 def summarise_sharded(rows: list[ShardedRow]) -> dict[str, float]:
