@@ -220,6 +220,30 @@ def replayed_reserved_bytes(peak_bytes: int, allocator: AllocatorReplay) -> int:
     return CUDA_CONTEXT_BYTES + allocator.reserved_peak_bytes + missing
 
 
+def _lm_head_backward(spec: RunSpec, st: ModelStates, act: ActivationBytes) -> dict[Category, int]:
+    """The logits and gradients alive at the backward through lm_head, beside the saved activations: the larger of
+    its two instants.
+
+    The fp32 logits' gradient (b*s*V*4) is freed once cast back to the logits' dtype (that instant, with both
+    alive, stays below the loss's backward), so the head's matmul backward holds the logits' gradient in their dtype
+    (``logits_bytes``) and the weight's gradient. Under autocast (mixed-*) that gradient comes out in the compute
+    dtype, the size of the saved weight copy, and is then cast to the fp32 master's: instant A holds the logits'
+    gradient + the compute-dtype weight gradient; instant B (the cast) the compute-dtype gradient in place of the
+    freed weight copy + the fp32 gradient. Without autocast the matmul's output is the gradient itself.
+
+    Worked example (torch 2.13 CPU steps, ``bench/bench_estimate.py``'s llama row: V = 32,000, h = 128, b*s = 64,
+    mixed-bf16, full): logits' gradient 64*32,000*2 = 4,096,000 B; compute-dtype weight gradient 32,000*128*2 =
+    8,192,000 B; fp32 gradient 16,384,000 B: A = 12,288,000 B, B = 16,384,000 B. The old single instant (both
+    logits copies + the fp32 gradient, 28,672,000 B) put the step's peak here, 2.96% above the measured one.
+    Chunked losses (Liger, TRL) compute the head's gradient in their forward: their workspace stays booked."""
+    if not act.logits_bytes:  # chunked: the chunk's fp32 logits beside the head's gradient
+        return {LOGITS: act.loss_workspace, GRADS: st.grads_head}
+    g_cd = st.grads_head // spec.weight_bytes * spec.compute_bytes if spec.is_mixed else 0
+    a = {LOGITS: act.logits_bytes, TEMPS: g_cd, GRADS: 0 if g_cd else st.grads_head}
+    b = {GRADS: st.grads_head}
+    return a if sum(a.values()) >= sum(b.values()) else b
+
+
 def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: ActivationBytes) -> tuple[Moment, ...]:
     """The candidate moments of one replica's step, in step order (the module docstring's table)."""
     T = spec.batch * spec.seq
@@ -244,9 +268,9 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
                parts={**base, ACTS: acts_fwd, LOGITS: upcast + act.loss}),
         # backward at the loss: log-softmax output + its gradient + the gradient of the logits (fp32)
         Moment(phase="backward", label="backward: loss", parts={**base, ACTS: acts_fwd, LOGITS: act.loss + 2 * Vf}),
-        # backward through lm_head: grad of logits (compute dtype) + lm_head weight grad
+        # backward through lm_head: the logits' gradient and the weight's (_lm_head_backward)
         Moment(phase="backward", label="backward: lm_head",
-               parts={**base, ACTS: acts_fwd, LOGITS: upcast, GRADS: st.grads_head}),
+               parts={**base, ACTS: acts_fwd, **_lm_head_backward(spec, st, act)}),
     ]
     # backward of the last block: the other blocks' saved tensors (or the checkpoints, plus the segment
     # being recomputed) + the block's own backward (saved + gradients at its widest op)
