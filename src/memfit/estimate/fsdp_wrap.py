@@ -18,6 +18,7 @@ an accelerate or Trainer FSDP2 config gets ``accelerate`` (:mod:`memfit.configs.
 from __future__ import annotations
 
 from memfit.estimate.category import Category
+from memfit.estimate.fsdp_grads import block_grads
 from memfit.estimate.moments import Moment
 from memfit.estimate.params import count_params
 from memfit.estimate.shape import ModelShape
@@ -77,7 +78,7 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     root_params = count.total - count.layers
     embed_w = root_w * count.embeddings // root_params if root_params else 0
     tail_w = root_w - embed_w
-    gpl, g_embed = st.grads_per_layer, st.grads_embed
+    g_embed = st.grads_embed
     g_tail = st.grads_head + st.grads_other
     # accelerate's mixed-bf16 policy reduces in bf16 (MixedPrecisionPolicy(reduce_dtype=bfloat16)): the gradients in
     # full and the reduce-scatter's input and output are bf16, the 1/N gradient it leaves is fp32 (measured)
@@ -91,7 +92,8 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     if moment.label.endswith("embeddings"):
         parts[Category.GRADIENTS] = 2 * r_embed + -(-(st.gradients - g_embed) // n_s) + -(-r_embed // n_s)
         return embed_w
-    done = max(0, grads - g_tail) // gpl if gpl else 0
+    blocks = block_grads(moment, grads - g_tail, st.layer_grads(n))
+    done = blocks.done
     if done == 0:  # the head's backward: the tail, the last layer(s) prefetched (every layer if kept)
         logits = parts.get(Category.LOGITS, 0)
         rs = 2 * r_tail + -(-r_tail // n_s)  # the tail's reduce-scatter once the head's backward is over
@@ -100,7 +102,7 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
         return tail_w + (n if keep else min(n, spec.prefetch)) * layer_w + (embed_w if keep else 0)
     ahead = n - done if keep else min(spec.prefetch, n - done)
     embed_ahead = keep or spec.prefetch > n - done
-    rs_buffer = gpl if done >= 2 else r_tail
-    parts[Category.GRADIENTS] = (-(-g_tail // n_s) + -(-(done - 1) * gpl // n_s) + gpl + rs_buffer
-                                 + (grads - g_tail - done * gpl))
+    # the last reduce-scatter's input: the layer after the one computing (none if it trains nothing), or the tail's
+    rs_tail = r_tail if done == 1 else 0
+    parts[Category.GRADIENTS] = -(-g_tail // n_s) + blocks.on_rank(n_s) + rs_tail + (grads - g_tail - blocks.booked)
     return (1 + ahead) * layer_w + (embed_w if embed_ahead else 0)
