@@ -27,7 +27,7 @@ import pytest
 from memfit.cli import main
 from memfit.estimate import ModelShape, RunSpec, estimate_memory
 from memfit.estimate.category import Category
-from memfit.estimate.sharding import LAST_GATHER
+from memfit.estimate.fsdp_wrap import LAST_GATHER
 from memfit.validate.agreement import scaled_config
 
 

@@ -75,9 +75,10 @@ from memfit.estimate.fits import (
     CUDA_CONTEXT_BYTES,
     reserved_bytes,
 )
+from memfit.estimate.fsdp_wrap import LAST_GATHER
 from memfit.estimate.moments import Moment, peak_moment
 from memfit.estimate.shape import ModelShape
-from memfit.estimate.sharding import FSDP2, LAST_GATHER, ShardedPeak, shard_moments
+from memfit.estimate.sharding import FSDP2, ShardedPeak, shard_moments
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
 from memfit.estimate.synth_allocations import allocations_of

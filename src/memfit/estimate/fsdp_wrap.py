@@ -25,6 +25,10 @@ from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates
 
+LAST_GATHER = "forward: last block all-gather"
+"""The moment an FSDP2 step gathers its last decoder layer (:func:`memfit.estimate.sharding.fsdp2_moment`): every
+other layer's saved tensors, none of the head's."""
+
 
 def tied_mixed_end(parts: dict[Category, int], spec: RunSpec, st: ModelStates, n: int, root_w: int) -> int:
     """The backward's last moment of a full fine-tune with a tied embedding under mixed-bf16's
@@ -85,6 +89,8 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     r_embed, r_tail = ((g_embed * 2 // spec.weight_bytes, g_tail * 2 // spec.weight_bytes)
                        if spec.precision == "mixed-bf16" else (g_embed, g_tail))
     grads = moment.parts.get(Category.GRADIENTS, 0)
+    if moment.label == LAST_GATHER:  # as the per-layer wrap's (the layer before's output kept), the tail not yet
+        return (n + 2 if keep else 3) * layer_w + (embed_w if keep else 0)
     if moment.phase == "forward":
         return 2 * tail_w + ((n * layer_w + embed_w) if keep else 0)
     if moment.phase != "backward":

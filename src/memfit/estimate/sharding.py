@@ -20,8 +20,10 @@ FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head
 :mod:`memfit.estimate.fsdp_wrap`. Beside its 1/N shards a
 rank holds, per moment (:func:`fsdp2_moment` names the torch source): the root's weights in full through
 forward and backward; the layer computing plus ``prefetch`` gathered ahead in the backward, and the last
-layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``); a layer's
-gradients in full until their reduce-scatter; at the root's reduce-scatter its gradients twice (the
+layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``), and when the last
+layer is gathered the one before's all-gather output beside its own output and weights (:data:`LAST_GATHER`); a
+layer's gradients in full until their reduce-scatter (layer by layer under ``--layers-to-transform``:
+:mod:`memfit.estimate.fsdp_grads`); at the root's reduce-scatter its gradients twice (the
 gradients and the input copy) and, measured, with tied embeddings the root's gathered weights, untied the
 input embedding's gathered weight and the reduce-scatter's 1/N output (scaled Llama 3.2 and Pythia over 2 and
 4 ranks: RESULTS ``## sharding``). The forward's first all-gathers hold the root's output buffer and weights
@@ -48,7 +50,7 @@ from typing import Any, get_args
 
 from memfit.estimate.category import Category
 from memfit.estimate.fsdp_grads import block_grads
-from memfit.estimate.fsdp_wrap import accelerate_untied, tied_mixed_end
+from memfit.estimate.fsdp_wrap import LAST_GATHER, accelerate_untied, tied_mixed_end
 from memfit.estimate.moments import Moment, Phase, peak_moment
 from memfit.estimate.params import count_params
 from memfit.estimate.shape import ModelShape
@@ -76,9 +78,6 @@ gathered from the forward to the backward (:func:`fsdp2_moment`)."""
 
 FSDP2: frozenset[Sharding] = frozenset({"zero2", "zero3", "fsdp", "hsdp"})
 GATHERED_BLOCKS = 2  # the block being computed + the one prefetched (FSDP forward/backward prefetch)
-LAST_GATHER = "forward: last block all-gather"
-"""The moment an FSDP2 step gathers its last decoder layer (:func:`fsdp2_moment`): every other layer's saved
-tensors, none of the head's."""
 
 
 def shard_group(spec: RunSpec) -> int:
