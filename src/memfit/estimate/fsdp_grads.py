@@ -18,8 +18,8 @@ frozen layers ahead of the first adapter run no backward, :mod:`memfit.estimate.
 Worked: scaled Llama 3.2 (4 layers), LoRA on layers 0 and 2 (53,248 B of fp32 adapter gradients each, 0 in
 layers 1 and 3), over N = 2 ranks. ``backward: last block`` (layer 3): full 0, reduced 0, buffer 0.
 ``backward: first block`` (layer 0): full 53,248 (layer 0), reduced ceil((0 + 53,248 + 0) / 2) = 26,624, buffer 0
-(layer 1 trains nothing): 79,872 B of block gradients, where the uniform rule would have booked
-g + g + 3 g / 2 with g = 0 (the last layer's), i.e. nothing.
+(layer 1 trains nothing): 79,872 B of block gradients, where the uniform rule, counting layers in units of the
+last layer's 0 B, found none done and kept all 106,496 B in full.
 """
 
 from __future__ import annotations

@@ -62,6 +62,8 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     (``fsdp2_prepare_model``: each decoder layer, the input embedding, the tail [final norm, lm_head] with
     ``reshard_after_forward=False``, an empty root); sets ``parts``' gradients as that rank holds them.
 
+    - forward, at the last layer's all-gather (:data:`LAST_GATHER`): that layer's output and weights and the layer
+      before's kept output (every layer, and the embedding, when they stay gathered), the tail not yet gathered;
     - forward, at the loss: the tail gathered and its all-gather output (the last all-gather of the forward,
       kept until the root's post-forward), every layer and the embedding too when they stay gathered;
     - backward before the first layer: the tail and the layer(s) prefetched; the head's gradients in full, and
