@@ -90,8 +90,6 @@ def test_refused() -> None:
         lora_trainable_params(shape, RunSpec(method="lora", layers_to_transform=(3, 16)))
     with pytest.raises(MemfitError, match="leaves no module with an adapter"):
         lora_trainable_params(shape, RunSpec(method="lora", layers_to_transform=(3,), layers_pattern=("h",)))
-    with pytest.raises(MemfitError, match="sharding"):
-        estimate_memory(shape, RunSpec(method="lora", layers_to_transform=(3,), sharding="zero3", gpus=2))
 
 
 def test_cli_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -347,7 +347,7 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
                 spec = spec_from_options(values)
                 check_run_limits(spec)
                 refuse_ignored_flags(spec, explicit_flags(values), skip=skip)
-                kwargs["spec"] = spec
+                kwargs["spec"] = _with_environment(spec, values, kwargs)
                 if wants_import:
                     kwargs["config_import"] = None
                 return fn(*args, **kwargs)
@@ -355,7 +355,7 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
             si = _import(configs, values, given, kwargs.get("model"))
             check_run_limits(si.spec)
             refuse_ignored_flags(si.spec, explicit_flags(values), skip=skip)
-            kwargs["spec"] = si.spec
+            kwargs["spec"] = _with_environment(si.spec, values, kwargs)
             if "model" in own_names and not kwargs.get("model") and si.model:
                 kwargs["model"] = si.model
             for name in exclude:  # a command's own sweep option (measure --batch): the config fills it
@@ -374,6 +374,18 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
         return wrapper
 
     return decorate
+
+
+def _with_environment(spec: RunSpec, values: dict[str, Any], kwargs: dict[str, Any]) -> RunSpec:
+    """``spec`` with the settings read from the environment (:mod:`memfit.cli._alloc_env`), said on stderr
+    under ``--json`` and on stdout otherwise."""
+    from memfit.cli._alloc_env import alloc_conf_from_environment
+    from memfit.report import console, err_console
+
+    spec, note = alloc_conf_from_environment(spec, explicit_flags(values))
+    if note is not None:
+        (err_console if kwargs.get("json_out") else console).print(note, highlight=False, markup=False)
+    return spec
 
 
 def _import(configs: list[str], values: dict[str, Any], given: set[str], model: str | None) -> Any:

@@ -69,10 +69,6 @@ def adapted_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
 @cache
 def _adapted_layers(shape: ModelShape, layers: tuple[int, ...], patterns: tuple[str, ...],
                     spec: RunSpec) -> tuple[bool, ...]:
-    if spec.sharding not in ("none", "ddp"):
-        raise MemfitError(f"--layers-to-transform with --sharding {spec.sharding}: memfit estimate's sharded "
-                          "gradients assume the same adapters in every layer; not modelled yet: drop one of them, or "
-                          "run `memfit measure`")
     n = shape.n_layers
     beyond = [i for i in layers if i >= n]
     if beyond:

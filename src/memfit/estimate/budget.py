@@ -75,9 +75,10 @@ from memfit.estimate.fits import (
     CUDA_CONTEXT_BYTES,
     reserved_bytes,
 )
+from memfit.estimate.fsdp_wrap import LAST_GATHER
 from memfit.estimate.moments import Moment, peak_moment
 from memfit.estimate.shape import ModelShape
-from memfit.estimate.sharding import ShardedPeak, shard_moments
+from memfit.estimate.sharding import FSDP2, ShardedPeak, shard_moments
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates, model_states, optimizer_temporaries
 from memfit.estimate.synth_allocations import allocations_of
@@ -323,6 +324,11 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     if trainable_tokens(shape, spec):  # the dense (V, h) gradient of the merged table (estimate/adapter.py)
         tied_extra += shape.vocab * shape.embed_dim * (4 if spec.is_quantised else spec.weight_bytes)
     out.append(Moment(phase="backward", label="backward: embeddings", parts={**base, GRADS: G, TEMPS: tied_extra}))
+    if spec.sharding in FSDP2 and n >= 2:
+        # FSDP2 gathers the last block while the one before's all-gather output is still kept: every other block's
+        # saved tensors and the last block's input (its own saved tensors not yet made), no head, no logits
+        before_last = blocks - (0 if seg else act.per_layer - act.input_saved)
+        out.insert(0, Moment(phase="forward", label=LAST_GATHER, parts={**base, ACTS: before_last + other_saved}))
     if spec.grad_accum > 1:
         out = [_accumulating(m, G) for m in out]
     out.append(Moment(phase="optimizer", label="optimizer: step",

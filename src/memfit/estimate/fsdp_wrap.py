@@ -18,11 +18,16 @@ an accelerate or Trainer FSDP2 config gets ``accelerate`` (:mod:`memfit.configs.
 from __future__ import annotations
 
 from memfit.estimate.category import Category
+from memfit.estimate.fsdp_grads import block_grads
 from memfit.estimate.moments import Moment
 from memfit.estimate.params import count_params
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 from memfit.estimate.states import ModelStates
+
+LAST_GATHER = "forward: last block all-gather"
+"""The moment an FSDP2 step gathers its last decoder layer (:func:`memfit.estimate.sharding.fsdp2_moment`): every
+other layer's saved tensors, none of the head's."""
 
 
 def tied_mixed_end(parts: dict[Category, int], spec: RunSpec, st: ModelStates, n: int, root_w: int) -> int:
@@ -57,6 +62,8 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     (``fsdp2_prepare_model``: each decoder layer, the input embedding, the tail [final norm, lm_head] with
     ``reshard_after_forward=False``, an empty root); sets ``parts``' gradients as that rank holds them.
 
+    - forward, at the last layer's all-gather (:data:`LAST_GATHER`): that layer's output and weights and the layer
+      before's kept output (every layer, and the embedding, when they stay gathered), the tail not yet gathered;
     - forward, at the loss: the tail gathered and its all-gather output (the last all-gather of the forward,
       kept until the root's post-forward), every layer and the embedding too when they stay gathered;
     - backward before the first layer: the tail and the layer(s) prefetched; the head's gradients in full, and
@@ -77,13 +84,15 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     root_params = count.total - count.layers
     embed_w = root_w * count.embeddings // root_params if root_params else 0
     tail_w = root_w - embed_w
-    gpl, g_embed = st.grads_per_layer, st.grads_embed
+    g_embed = st.grads_embed
     g_tail = st.grads_head + st.grads_other
     # accelerate's mixed-bf16 policy reduces in bf16 (MixedPrecisionPolicy(reduce_dtype=bfloat16)): the gradients in
     # full and the reduce-scatter's input and output are bf16, the 1/N gradient it leaves is fp32 (measured)
     r_embed, r_tail = ((g_embed * 2 // spec.weight_bytes, g_tail * 2 // spec.weight_bytes)
                        if spec.precision == "mixed-bf16" else (g_embed, g_tail))
     grads = moment.parts.get(Category.GRADIENTS, 0)
+    if moment.label == LAST_GATHER:  # as the per-layer wrap's (the layer before's output kept), the tail not yet
+        return (n + 2 if keep else 3) * layer_w + (embed_w if keep else 0)
     if moment.phase == "forward":
         return 2 * tail_w + ((n * layer_w + embed_w) if keep else 0)
     if moment.phase != "backward":
@@ -91,7 +100,8 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
     if moment.label.endswith("embeddings"):
         parts[Category.GRADIENTS] = 2 * r_embed + -(-(st.gradients - g_embed) // n_s) + -(-r_embed // n_s)
         return embed_w
-    done = max(0, grads - g_tail) // gpl if gpl else 0
+    blocks = block_grads(moment, grads - g_tail, st.layer_grads(n))
+    done = blocks.done
     if done == 0:  # the head's backward: the tail, the last layer(s) prefetched (every layer if kept)
         logits = parts.get(Category.LOGITS, 0)
         rs = 2 * r_tail + -(-r_tail // n_s)  # the tail's reduce-scatter once the head's backward is over
@@ -100,7 +110,7 @@ def accelerate_untied(moment: Moment, shape: ModelShape, spec: RunSpec, st: Mode
         return tail_w + (n if keep else min(n, spec.prefetch)) * layer_w + (embed_w if keep else 0)
     ahead = n - done if keep else min(spec.prefetch, n - done)
     embed_ahead = keep or spec.prefetch > n - done
-    rs_buffer = gpl if done >= 2 else r_tail
-    parts[Category.GRADIENTS] = (-(-g_tail // n_s) + -(-(done - 1) * gpl // n_s) + gpl + rs_buffer
-                                 + (grads - g_tail - done * gpl))
+    # the last reduce-scatter's input: the layer after the one computing (none if it trains nothing), or the tail's
+    rs_tail = r_tail if done == 1 else 0
+    parts[Category.GRADIENTS] = -(-g_tail // n_s) + blocks.on_rank(n_s) + rs_tail + (grads - g_tail - blocks.booked)
     return (1 + ahead) * layer_w + (embed_w if embed_ahead else 0)

@@ -20,8 +20,10 @@ FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head
 :mod:`memfit.estimate.fsdp_wrap`. Beside its 1/N shards a
 rank holds, per moment (:func:`fsdp2_moment` names the torch source): the root's weights in full through
 forward and backward; the layer computing plus ``prefetch`` gathered ahead in the backward, and the last
-layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``); a layer's
-gradients in full until their reduce-scatter; at the root's reduce-scatter its gradients twice (the
+layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``), and when the last
+layer is gathered the one before's all-gather output beside its own output and weights (:data:`LAST_GATHER`); a
+layer's gradients in full until their reduce-scatter (layer by layer under ``--layers-to-transform``:
+:mod:`memfit.estimate.fsdp_grads`); at the root's reduce-scatter its gradients twice (the
 gradients and the input copy) and, measured, with tied embeddings the root's gathered weights, untied the
 input embedding's gathered weight and the reduce-scatter's 1/N output (scaled Llama 3.2 and Pythia over 2 and
 4 ranks: RESULTS ``## sharding``). The forward's first all-gathers hold the root's output buffer and weights
@@ -47,7 +49,8 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from memfit.estimate.category import Category
-from memfit.estimate.fsdp_wrap import accelerate_untied, tied_mixed_end
+from memfit.estimate.fsdp_grads import block_grads
+from memfit.estimate.fsdp_wrap import LAST_GATHER, accelerate_untied, tied_mixed_end
 from memfit.estimate.moments import Moment, Phase, peak_moment
 from memfit.estimate.params import count_params
 from memfit.estimate.shape import ModelShape
@@ -184,17 +187,24 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
     parts = {c: (-(-v // n_s) if c in cut else v) for c, v in moment.parts.items()}
     wcat = Category.WEIGHTS_FROZEN if spec.is_adapter else Category.WEIGHTS_TRAINABLE
     keep = not reshards_after_forward(spec)
-    gpl, g_root = st.grads_per_layer, st.gradients - n * st.grads_per_layer
+    layer_g = st.layer_grads(n)
+    g_root = st.gradients - sum(layer_g)
     grads = moment.parts.get(Category.GRADIENTS, 0)
     gathered = 0
     if spec.fsdp_wrap == "accelerate" and not shape.tie_embeddings:
         gathered = accelerate_untied(moment, shape, spec, st, parts, layer_w, root_w, keep=keep)
+    elif moment.label == LAST_GATHER:
+        # the last layer's all-gather output and the weights copied out of it, beside the layer before's output
+        # (kept in comm_ctx.all_gather_state until this one has been waited on) and the root; with
+        # reshard_after_forward=False every earlier layer too (traced and measured: LoRA, scaled Llama 3.2 of 4
+        # layers and vocab 1,024 over 2 ranks, 24,298,536 B at layers.3's copy-out: 3 x 3,803,136 B of layers)
+        gathered = root_w + (n + 2 if keep else 3) * layer_w
     elif moment.phase == "forward":
         gathered = root_w + (n + 1 if keep else 1) * layer_w
     elif moment.phase == "backward" and moment.label.endswith("embeddings"):
         # the root's reduce-scatter: its gradients in full and their input copy; a tied root keeps its gathered
         # weights, an untied one the input embedding's and the reduce-scatter output (measured, module docstring)
-        parts[Category.GRADIENTS] = 2 * g_root + -(-n * gpl // n_s)
+        parts[Category.GRADIENTS] = 2 * g_root + -(-sum(layer_g) // n_s)
         if parts.get(Category.TEMPORARIES):  # a tied embedding's backward is over: one embedding-sized term left
             parts[Category.TEMPORARIES] = st.grads_embed
         if shape.tie_embeddings and spec.method == "full" and spec.precision == "mixed-bf16":
@@ -205,7 +215,8 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
             gathered = st.grads_embed * 2 // spec.weight_bytes if spec.precision == "mixed-bf16" else st.grads_embed
             parts[Category.GRADIENTS] += -(-g_root // n_s)
     elif moment.phase == "backward":
-        done = max(0, grads - st.grads_head - st.grads_other) // gpl if gpl else 0
+        blocks = block_grads(moment, grads - st.grads_head - st.grads_other, layer_g)
+        done = blocks.done
         if done == 0:  # the head's backward: every layer still gathered, or the root's prefetch of the last
             layers = n if keep else min(n, spec.prefetch)
         else:  # the layer computing + those ahead still gathered (all, or the prefetched)
@@ -220,10 +231,7 @@ def fsdp2_moment(moment: Moment, shape: ModelShape, spec: RunSpec, st: ModelStat
             saved = max(0, parts.get(Category.LOGITS, 0) - 2 * spec.batch * spec.seq * shape.vocab * 4)
             if 2 * root_w + saved > gathered + parts.get(Category.LOGITS, 0):
                 parts[Category.LOGITS], gathered = saved, 2 * root_w
-        current = 1 if done else 0
-        rs_buffer = gpl if done >= 2 else 0
-        parts[Category.GRADIENTS] = (grads - done * gpl + -(-(done - current) * gpl // n_s)
-                                     + current * gpl + rs_buffer)
+        parts[Category.GRADIENTS] = grads - blocks.booked + blocks.on_rank(n_s)
     parts[wcat] = parts.get(wcat, 0) + gathered
     return Moment(phase=moment.phase, label=moment.label, parts=parts)
 

@@ -107,6 +107,13 @@ class ModelStates:
     grads_embed: int  # token (+ position) embedding gradient bytes
     grads_other: int  # final norm etc.
     paged_optimizer: int = 0  # optimizer states in CUDA unified memory (paged-adamw-*), not in ``optimizer``
+    grads_layers: tuple[int, ...] = ()  # --layers-to-transform: each decoder layer's gradient bytes, in layer order
+
+    def layer_grads(self, n_layers: int) -> tuple[int, ...]:
+        """Gradient bytes of each decoder layer as the step books them: each layer's own under
+        ``--layers-to-transform`` (0 for a layer without an adapter or a trained bias), else the typical block's
+        ``grads_per_layer`` in every layer."""
+        return self.grads_layers or (self.grads_per_layer,) * n_layers
 
     @property
     def total(self) -> int:
@@ -241,6 +248,23 @@ def _block_tensors(shape: ModelShape, spec: RunSpec) -> list[tuple[int, int, int
     return out
 
 
+def _adapter_layer_grads(shape: ModelShape, spec: RunSpec) -> tuple[int, ...]:
+    """Gradient bytes of each decoder layer under ``--layers-to-transform``: its adapters' (fp32) where PEFT adapts
+    it, and the biases ``--bias`` trains in it (in every layer with ``all``). Worked: scaled Llama 3.2 (h 256,
+    kv 64, 4 layers), r 16 on q_proj, v_proj, layers 0,2: 4 x 16 x ((256 + 256) + (256 + 64)) = 53,248 B in
+    layers 0 and 2, 0 in 1 and 3."""
+    flags = adapted_layers(shape, spec)
+    bias_b = FP32_BYTES if spec.is_quantised else spec.weight_bytes
+    out = []
+    for i in range(shape.n_layers):
+        sub = shape.layer_shape(i)
+        tensors = _block_tensors(sub, spec) if flags[i] else []
+        biases = sum(bias_size(p) for p in trained_biases(sub, spec)[0]) if spec.bias == "all" or (
+            spec.bias == "lora_only" and flags[i]) else 0
+        out.append(sum(n * b for n, b, _ in tensors) + biases * bias_b)
+    return tuple(out)
+
+
 def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     """Weights, gradients and optimizer states of the run; see the module docstring."""
     pc = _count(shape)
@@ -339,6 +363,7 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     if spec.optimizer in ("adamw-8bit", "paged-adamw-8bit") and any(n >= ADAM8_MIN_SIZE for n, _, _ in tensors):
         opt += ADAM8_QMAP_BYTES
     return ModelStates(
+        grads_layers=_adapter_layer_grads(shape, spec) if spec.layers_to_transform else (),
         weights_frozen=frozen, weights_trainable=trainable_bytes, gradients=trainable_bytes,
         optimizer=0 if spec.is_paged else opt, paged_optimizer=opt if spec.is_paged else 0,
         trainable_params=lora_params + mts + biases + tokens, frozen_params=pc.total - biases,

@@ -41,8 +41,16 @@ LORA_SPECS: tuple[RunSpec, ...] = tuple(
     for wrap in ("layers", "accelerate") if s.sharding == "fsdp" or wrap == "layers")
 """PEFT LoRA (r 16, PEFT's default targets) over fp32 weights under fully_shard: the frozen base sharded with the
 adapters, both wraps under fsdp, the layers wrap under zero2."""
+LAYERS_SPECS: tuple[RunSpec, ...] = tuple(
+    RunSpec(method="lora", precision="fp32", batch=1, seq=64, device="cpu", sharding=sharding, gpus=2,
+            adamw_impl="forloop", layers_to_transform=(0, 2)) for sharding in ("zero2", "zero3", "fsdp"))
+"""PEFT LoRA on decoder layers 0 and 2 only (``layers_to_transform``) under fully_shard: units with and without
+trainable parameters, the last layer frozen. Run on :data:`LAYERS_MODEL`, whose layers outweigh its root."""
+LAYERS_MODEL: tuple[str, int, int, int] = ("llama-3.2-1b", 256, 4, 1024)
+"""(catalogue name, hidden, layers, vocabulary) of the ``layers`` rows: scaled Llama 3.2 with a 1,024-token
+vocabulary, so the layers' gathers, not the root's, set the peak."""
 ROW_SETS: dict[str, tuple[RunSpec, ...]] = {"base": SHARDED_SPECS, "accelerate": ACCELERATE_SPECS,
-                                            "mixed": MIXED_SPECS, "lora": LORA_SPECS}
+                                            "mixed": MIXED_SPECS, "lora": LORA_SPECS, "layers": LAYERS_SPECS}
 """The row sets ``bench/sharding.py --rows`` picks from (all of them by default)."""
 
 
@@ -68,7 +76,9 @@ class ShardedRow:
         s = self.spec
         nodes = f" ({s.nodes} nodes)" if s.nodes > 1 else ""
         wrap = " accelerate-wrap" if s.fsdp_wrap != "layers" else ""
-        return f"{self.model} {s.method} {s.precision} b{s.batch} s{s.seq} {s.sharding} x{s.gpus}{nodes}{wrap}"
+        layers = f" layers {','.join(map(str, s.layers_to_transform))}" if s.layers_to_transform else ""
+        return (f"{self.model} {s.method}{layers} {s.precision} b{s.batch} s{s.seq} {s.sharding} x{s.gpus}{nodes}"
+                f"{wrap}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"row": self.label, "model": self.model, "spec": self.spec.to_dict(),
@@ -89,19 +99,25 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
     from memfit.trace.engine import trace_step
 
     out = []
-    for name, hidden, layers in SHARDED_MODELS:
-        if models is not None and name not in models:
+    name, hidden, layers, vocab = LAYERS_MODEL
+    groups = [(m, None, [s for s in chosen if s not in LAYERS_SPECS]) for m in SHARDED_MODELS] + [
+        ((name, hidden, layers), vocab, [s for s in chosen if s in LAYERS_SPECS])]
+    for (name, hidden, layers), vocab, group in groups:
+        if (models is not None and name not in models) or not group:
             continue
         config = scaled_config(name, hidden, layers)
+        if vocab is not None:
+            config["vocab_size"] = vocab
+        label = name if vocab is None else f"{name} v{vocab}"
         shape = ModelShape.from_hf_config(config, name=name)
         for n in gpus:
-            specs = [s for s in chosen if s.gpus == n]
+            specs = [s for s in group if s.gpus == n]
             if not specs:
                 continue
             for r in measure_sharded(config, specs):
                 traced = (trace_step(config, r.spec, name=name).peak_bytes
                           if trace and _traceable(r.spec) else None)
-                row = ShardedRow(model=name, spec=r.spec, measured_bytes=r.peak_bytes,
+                row = ShardedRow(model=label, spec=r.spec, measured_bytes=r.peak_bytes,
                                  rank_bytes=tuple(x.peak_bytes for x in r.ranks),
                                  estimate_bytes=estimate_memory(shape, r.spec).peak_bytes, trace_bytes=traced)
                 out.append(row)
