@@ -19,6 +19,13 @@ train with gradients and optimizer states like any parameter. Worked: Qwen2.5-0.
 896 + 128 + 128), PEFT's default q_proj, v_proj, ``lora_only``: (896 + 128) * 24 = 24,576 biases; ``all``:
 (896 + 128 + 128) * 24 = 27,648 (RMSNorm has no bias).
 
+On a mixture of experts (transformers 5.24.0) the fused experts' biases are named ``experts.gate_up_proj_bias`` and
+``experts.down_proj_bias`` (GPT-OSS): not ``*.bias``, so no ``--bias`` trains them; a router's bias is
+(GPT-OSS's ``mlp.router.bias``, trained under ``all``); ``lora_only`` trains none of either (PEFT's ``ParamWrapper``
+has no ``bias``). Mixtral, Qwen3-MoE and DeepSeek-V3 have no bias in their MoE block (DeepSeek's
+``e_score_correction_bias`` is a buffer). Worked: gpt-oss-20b, q_proj, v_proj, ``all``: (4096 + 512 + 512 + 2880 +
+32) * 24 = 192,768 biases; the expert biases (32 x 5760 + 32 x 2880 per layer) stay frozen.
+
 ``trainable_token_indices`` (``peft/tuners/trainable_tokens/layer.py`` ``TrainableTokensLayer``): the input
 embedding gains a trained delta (k, h) and a frozen copy of the original rows (a buffer, k, h), both in the
 table's dtype, k the listed ids. Each forward builds ``W = weight.index_copy(0, index, delta)``, a (V, h) copy
@@ -115,21 +122,30 @@ def trained_biases(shape: ModelShape, spec: RunSpec) -> tuple[tuple[Linear | Nor
     and the sizes of the biases outside the blocks that train (``all``: the final norm's, a biased lm_head's)."""
     if spec.bias == "none" or not spec.is_adapter:
         return (), ()
-    if shape.layout.moe is not None:
-        raise MemfitError(f"--bias {spec.bias} on a mixture of experts ({shape.model_type}: fused expert biases are "
-                          "not named *.bias): not modelled by memfit estimate; run `memfit trace` or `memfit measure`")
     if spec.bias == "lora_only":
-        return tuple(lin for lin in adapted_linears(shape, spec, check=False) if lin.bias), ()
-    parts: tuple[Linear | Norm, ...] = tuple(lin for lin in shape.linears() if lin.bias) + tuple(
+        return tuple(lin for lin in adapted_linears(shape, spec, check=False) if lin.bias and _named_bias(lin)
+                     and lin.is_nn_linear), ()
+    parts: tuple[Linear | Norm, ...] = tuple(lin for lin in shape.linears() if lin.bias and _named_bias(lin)) + tuple(
         n for n in shape.norms() if n.bias)
     top = ((shape.hidden,) if shape.final_norm and shape.layout.norm_bias else ()) + (
         (shape.vocab,) if shape.layout.head_bias else ())
     return parts, top
 
 
-def trains_bias(spec: RunSpec, adapted: bool) -> bool:
-    """Whether ``--bias`` trains a block linear's bias (``adapted``: the linear carries LoRA)."""
-    return spec.bias == "all" or (spec.bias == "lora_only" and adapted)
+def _named_bias(lin: Linear) -> bool:
+    """Whether ``lin``'s bias is a parameter named ``*.bias``, which ``bias="all"`` trains: not fused experts'
+    (GPT-OSS's ``experts.gate_up_proj_bias`` and ``experts.down_proj_bias``, transformers 5.24.0), which stay frozen
+    under every ``--bias``; a router's is (GPT-OSS's ``mlp.router.bias``)."""
+    return lin.experts == 1
+
+
+def trains_bias(spec: RunSpec, adapted: bool, lin: Linear | None = None) -> bool:
+    """Whether ``--bias`` trains a block linear's bias (``adapted``: the linear carries LoRA; ``lin``: the linear,
+    whose fused experts' bias never trains, and whose bias ``lora_only`` trains only on an ``nn.Linear`` LoRA layer:
+    PEFT's ``ParamWrapper`` has no ``bias``, :func:`trained_biases`)."""
+    if lin is not None and not _named_bias(lin):
+        return False
+    return spec.bias == "all" or (spec.bias == "lora_only" and adapted and (lin is None or lin.is_nn_linear))
 
 
 def bias_size(part: Linear | Norm) -> int:
