@@ -54,7 +54,18 @@ MOE_BIAS_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
                                                               targets=("all-linear",), bias="all")),
 )
 
-MOE_LAYER_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = ()
+MOE_LAYER_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
+    # q_proj, v_proj on layer 2; the experts (w1, w3 -> gate_up_proj, w2 -> down_proj) in all four
+    ("mixtral-8x7b", _layers("mixtral-8x7b", 4, **_V), _spec(precision="bf16", attention="sdpa", batch=2, seq=64,
+                                                            targets=("q_proj", "v_proj", "w1", "w3", "w2"),
+                                                            layers_to_transform=(2,))),
+    # the router alone in layers 0 and 1 (its logits require grad from layer 0 on), q_proj beside it in layer 2
+    ("mixtral-8x7b", _layers("mixtral-8x7b", 4, **_V), _spec(precision="bf16", attention="sdpa", batch=2, seq=64,
+                                                            targets=("q_proj", "gate"), layers_to_transform=(2,))),
+    ("qwen3-30b-a3b", _layers("qwen3-30b-a3b", 4, **_V), _spec(
+        precision="bf16", attention="sdpa", batch=1, seq=64,
+        targets=("q_proj", "k_proj", "gate_proj", "up_proj", "down_proj", "gate"), layers_to_transform=(1, 3))),
+)
 
 MOE_PEFT_ROWS = MOE_BIAS_ROWS + MOE_LAYER_ROWS
 

@@ -251,7 +251,7 @@ def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear, ro
     t, m, spec = rp.tape, rp.model, rp.spec
     Tk, h, i = rp.batch * rp.seq * m.experts_per_token, m.hidden, m.intermediate
     eager = _eager_loop(rp)
-    g_block = lora_params_per_layer(m, spec) * FP32_BYTES
+    g_block = lora_params_per_layer(m, spec, rp.adapted) * FP32_BYTES  # this layer's adapters
     g_before_down = g_block - lora_linear_params(down, rank_of(m, spec, down)) * FP32_BYTES
     w_gu = _effective_weight(rp, gate_up, "moe/gate_up", pending=g_before_down)
     rows_start = t.saved_total
