@@ -122,10 +122,12 @@ def _autocast_expert_copies(rp: Replay, rows: SymTensor, lin: Linear, component:
 
 def _routing_weights(rp: Replay, logits: SymTensor) -> SymTensor:
     """The routed rows' weights (Tk, 1) as the experts multiply them: fp32 (Mixtral), or cast back to the router
-    logits' dtype (``MoeLayout.weights_in_logits_dtype``, Qwen3-MoE)."""
+    logits' dtype (``MoeLayout.weights_in_logits_dtype``, Qwen3-MoE). They require grad when the logits do: not in
+    a frozen layer before the first adapted one (``--layers-to-transform``) unless its router trains (a ``--bias
+    all`` router bias, an adapted router)."""
     moe_layout = rp.model.layout.moe
     itemsize = logits.itemsize if moe_layout is not None and moe_layout.weights_in_logits_dtype else FP32_BYTES
-    return rp.tape.new((rp.batch * rp.seq * rp.model.experts_per_token, 1), itemsize, True)
+    return rp.tape.new((rp.batch * rp.seq * rp.model.experts_per_token, 1), itemsize, logits.requires_grad)
 
 
 def _eager_loop(rp: Replay) -> bool:

@@ -337,7 +337,7 @@ def _eager_with_sinks(rp: Replay, scores: SymTensor, v: SymTensor, component: st
     """
     t, m = rp.tape, rp.model
     b, s, a, d = rp.batch, rp.seq, m.n_heads, m.head_dim
-    logits = t.new((b, a, s, s + 1), FP32_BYTES if t.autocast else scores.itemsize, True)
+    logits = t.new((b, a, s, s + 1), FP32_BYTES if t.autocast else scores.itemsize, scores.requires_grad or rp.full)
     t.save(t.new((b, a, s, 1), INT64_BYTES, False), f"{component}/scores")  # max's indices
     probs = t.unary_saving_output(logits, f"{component}/scores")
     p = t.cast(probs.view(b, a, s, s), v.itemsize)
