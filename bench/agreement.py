@@ -33,6 +33,7 @@ from memfit.validate.agreement import (  # noqa: E402
     fast_matrix,
     full_matrix,
     measure_row,
+    peft_layer_matrix,
     quant_matrix,
     run_row,
     summarise,
@@ -222,6 +223,8 @@ def main() -> int:
                     help="only the sqrt / every-k rows (memfit.validate.rows_checkpointing); prints, writes nothing")
     ap.add_argument("--quant", action="store_true", help="only the bitsandbytes / AdamW-kernel rows (issue 14, "
                     "memfit.validate.rows_quant); prints, never writes")
+    ap.add_argument("--moe-peft", action="store_true", help="only the --bias / --layers-to-transform rows on MoE "
+                    "models (issue 14 part 3, memfit.validate.rows_moe_peft); prints, never writes")
     ap.add_argument("--cuda-measure", metavar="OUT_JSON",
                     help="on a GPU machine: measure the CUDA matrix (full-size models) and write the points")
     ap.add_argument("--cuda-results", metavar="JSON",
@@ -236,6 +239,10 @@ def main() -> int:
         rows, args.no_write, args.no_full_size = checkpointing_matrix(), True, True
     if args.quant:
         args.no_write = args.no_full_size = True
+    if args.moe_peft:
+        from memfit.validate.rows_moe_peft import MOE_PEFT_ROWS
+
+        rows, args.no_write, args.no_full_size = peft_layer_matrix(MOE_PEFT_ROWS), True, True
     if args.models:
         keep = {m.strip() for m in args.models.split(",")}
         rows = [r for r in rows if r.model in keep]
@@ -253,7 +260,8 @@ def main() -> int:
         print(f"{row.label:70s} measured {r.measured_bytes:>13,} est {r.estimate_error:+.2%} trace {tr} "
               f"({r.seconds:.0f} s)", flush=True)
     seconds = time.perf_counter() - t0
-    consts = [] if (args.fast or args.models or args.checkpointing_rows or args.quant) else activation_constants(rows)
+    narrow = args.fast or args.models or args.checkpointing_rows or args.quant or args.moe_peft
+    consts = [] if narrow else activation_constants(rows)
     full = []
     if not (args.fast or args.no_full_size):
         from memfit.trace.engine import trace_step

@@ -60,8 +60,6 @@ def test_refused_and_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         RunSpec(method="lora", bias="some")  # type: ignore[arg-type]
     with pytest.raises(MemfitError, match="--method full trains every bias"):
         RunSpec(method="full", bias="all")
-    with pytest.raises(MemfitError, match="mixture of experts"):
-        lora_trainable_params(lookup("mixtral-8x7b").shape, RunSpec(method="lora", bias="all"))
     assert main(["estimate", "qwen2.5-0.5b", "--json"]) == 0
     base = json.loads(capsys.readouterr().out)["trainable_params"]
     assert main(["estimate", "qwen2.5-0.5b", "--bias", "lora_only", "--json"]) == 0

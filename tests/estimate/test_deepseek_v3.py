@@ -62,7 +62,8 @@ def test_tiny_deepseek_counts_names_and_lora_equal_transformers(extra: dict[str,
 def test_all_linear_leaves_deepseeks_dense_and_shared_mlps_alone() -> None:
     """PEFT 0.21.2 maps deepseek_v3 to the qwen2_moe conversion: all-linear's gate_proj / up_proj / down_proj become
     the fused experts' target_parameters, so the dense layer's MLP and the shared experts get no adapter (checked
-    against PEFT by check_lora above); naming those projections is refused with the fix."""
+    against PEFT by check_lora above); named in --targets they are the fused experts too (PEFT converts the names),
+    and one of the fused pair alone is PEFT's error."""
     from memfit.estimate.lora import adapted_linears
 
     shape = ModelShape.from_hf_config(tiny("deepseek_v3", **DEEPSEEK))
@@ -70,8 +71,12 @@ def test_all_linear_leaves_deepseeks_dense_and_shared_mlps_alone() -> None:
     for i in range(shape.n_layers):
         names = {lin.path for lin in adapted_linears(shape.layer_shape(i), spec, check=False)}
         assert not {p for p in names if p.endswith(("gate_proj", "up_proj", "down_proj")) and "experts." not in p}
-    with pytest.raises(MemfitError, match="fused experts' parameters.*all-linear"):
-        estimate_memory(shape, RunSpec(method="lora", targets=("gate_proj", "up_proj")))
+    named = RunSpec(method="lora", targets=("gate_proj", "up_proj", "down_proj"))
+    for i in range(shape.n_layers):
+        names = {lin.path for lin in adapted_linears(shape.layer_shape(i), named, check=False)}
+        assert names == ({"mlp.experts.gate_up_proj", "mlp.experts.down_proj"} if i else set())
+    with pytest.raises(MemfitError, match="without also targeting up_proj because they are fused into gate_up_proj"):
+        estimate_memory(shape, RunSpec(method="lora", targets=("gate_proj", "down_proj")))
 
 
 def test_peft_has_no_default_targets_for_deepseek() -> None:

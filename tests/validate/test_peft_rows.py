@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from memfit.validate.agreement import full_matrix, peft_layer_matrix, run_row  # noqa: E402
+from memfit.validate.rows_moe_peft import MOE_PEFT_ROWS  # noqa: E402
 from memfit.validate.rows_peft import (  # noqa: E402
     BIAS_ROWS,
     FAST_BIAS_ROWS,
@@ -27,8 +28,9 @@ from memfit.validate.rows_peft import (  # noqa: E402
 
 def test_layer_rows_in_the_matrix() -> None:
     labels = [r.label for r in full_matrix()]
-    assert sum(" layers " in label for label in labels) == len(LAYER_ROWS) + 1  # one bias row has layers too
-    assert sum(" bias " in label for label in labels) == len(BIAS_ROWS)
+    moe = [r.label for r in peft_layer_matrix(MOE_PEFT_ROWS)]  # rows_moe_peft's (tests/validate/test_moe_peft_rows)
+    assert sum(" layers " in label for label in labels) == len(LAYER_ROWS) + 1 + sum(" layers " in m for m in moe)
+    assert sum(" bias " in label for label in labels) == len(BIAS_ROWS) + sum(" bias " in m for m in moe)
     assert sum(" tokens " in label for label in labels) == len(TOKEN_ROWS)
     assert "llama-3.2-1b lora[q_proj,v_proj layers 2] fp32 sdpa - b2 s64 vocab 1024" in labels
 

@@ -19,6 +19,13 @@ train with gradients and optimizer states like any parameter. Worked: Qwen2.5-0.
 896 + 128 + 128), PEFT's default q_proj, v_proj, ``lora_only``: (896 + 128) * 24 = 24,576 biases; ``all``:
 (896 + 128 + 128) * 24 = 27,648 (RMSNorm has no bias).
 
+On a mixture of experts (transformers 5.24.0) the fused experts' biases are named ``experts.gate_up_proj_bias`` and
+``experts.down_proj_bias`` (GPT-OSS): not ``*.bias``, so no ``--bias`` trains them; a router's bias is
+(GPT-OSS's ``mlp.router.bias``, trained under ``all``); ``lora_only`` trains none of either (PEFT's ``ParamWrapper``
+has no ``bias``). Mixtral, Qwen3-MoE and DeepSeek-V3 have no bias in their MoE block (DeepSeek's
+``e_score_correction_bias`` is a buffer). Worked: gpt-oss-20b, q_proj, v_proj, ``all``: (4096 + 512 + 512 + 2880 +
+32) * 24 = 192,768 biases; the expert biases (32 x 5760 + 32 x 2880 per layer) stay frozen.
+
 ``trainable_token_indices`` (``peft/tuners/trainable_tokens/layer.py`` ``TrainableTokensLayer``): the input
 embedding gains a trained delta (k, h) and a frozen copy of the original rows (a buffer, k, h), both in the
 table's dtype, k the listed ids. Each forward builds ``W = weight.index_copy(0, index, delta)``, a (V, h) copy
@@ -56,54 +63,83 @@ def _layer_index(key: str, patterns: tuple[str, ...]) -> int | None:
     return int(hit.group("idx")) if hit else None
 
 
+def wrapped(lin: Linear) -> bool:
+    """Whether PEFT adapts ``lin`` through ``target_parameters`` (``ParamWrapper``): fused experts, or a router that
+    is no ``nn.Linear``. PEFT 0.21.2 ``BaseTuner._inject_parameters`` matches parameter names only, never the layer
+    index: ``layers_to_transform`` does not apply to them."""
+    return lin.experts > 1 or not lin.is_nn_linear
+
+
 def adapted_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
-    """Whether PEFT adapts each decoder layer: all of them, or with ``--layers-to-transform`` those whose index
-    (:func:`_layer_index` of each targeted module's full name) is listed. A MemfitError for an index the model
-    does not have, for a listing that leaves no adapter (PEFT: "Target modules ... not found"), and for fused
-    experts (PEFT's ``target_parameters`` path does not read ``layers_to_transform``; not modelled here)."""
+    """Whether PEFT adapts something in each decoder layer: all of them, or with ``--layers-to-transform`` those
+    whose index (:func:`_layer_index` of each targeted module's full name) is listed, and every layer whose fused
+    experts or router carry adapters (:func:`wrapped`: PEFT adapts them in every layer whatever
+    ``layers_to_transform`` lists). A MemfitError for an index the model does not have and for a listing that
+    leaves no adapter (PEFT: "Target modules ... not found")."""
     if not spec.is_adapter or not spec.layers_to_transform:
         return (spec.is_adapter,) * shape.n_layers
-    return _adapted_layers(shape, spec.layers_to_transform, spec.layers_pattern, spec)
+    return tuple(bool(paths) for paths in layer_adapters(shape, spec))
+
+
+def module_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
+    """Whether the ``nn.Linear`` targets carry adapters in each decoder layer (``layers_to_transform`` applies to
+    them: :func:`adapted_layers` less the layers where only fused experts or a router are adapted)."""
+    if not spec.is_adapter or not spec.layers_to_transform:
+        return (spec.is_adapter,) * shape.n_layers
+    return _adapted_layers(shape, spec.layers_to_transform, spec.layers_pattern, spec)[0]
+
+
+def layer_adapters(shape: ModelShape, spec: RunSpec) -> tuple[frozenset[str], ...]:
+    """The paths of the block linears PEFT adapts in each decoder layer (empty for a layer without adapters)."""
+    if not spec.is_adapter or not spec.layers_to_transform:
+        return _every_layer(shape, spec)
+    return _adapted_layers(shape, spec.layers_to_transform, spec.layers_pattern, spec)[1]
+
+
+@cache
+def _every_layer(shape: ModelShape, spec: RunSpec) -> tuple[frozenset[str], ...]:
+    return tuple(frozenset(lin.path for lin in adapted_linears(shape.layer_shape(i), spec, check=False))
+                 if spec.is_adapter else frozenset() for i in range(shape.n_layers))
 
 
 @cache
 def _adapted_layers(shape: ModelShape, layers: tuple[int, ...], patterns: tuple[str, ...],
-                    spec: RunSpec) -> tuple[bool, ...]:
+                    spec: RunSpec) -> tuple[tuple[bool, ...], tuple[frozenset[str], ...]]:
     n = shape.n_layers
     beyond = [i for i in layers if i >= n]
     if beyond:
         raise MemfitError(f"--layers-to-transform {','.join(map(str, beyond))}: {shape.model_type} has {n} decoder "
                           f"layers, indexed 0..{n - 1}")
     prefix = shape.arch.names.model.layers
-    out = []
+    flags, sets = [], []
     for i in range(n):
         lins = adapted_linears(shape.layer_shape(i), spec, check=False)
-        if any(lin.experts > 1 or not lin.is_nn_linear for lin in lins):
-            raise MemfitError("--layers-to-transform with fused experts or a router adapted (all-linear on a MoE "
-                              "model, PEFT's target_parameters): not modelled by memfit estimate; name the attention "
-                              "projections in --targets, or run `memfit trace` or `memfit measure`")
-        hits = {_layer_index(f"{prefix}.{i}.{lin.path}", patterns) in layers for lin in lins}
+        hits = {_layer_index(f"{prefix}.{i}.{lin.path}", patterns) in layers for lin in lins if not wrapped(lin)}
         if len(hits) > 1:
             raise MemfitError(f"--layers-pattern {','.join(patterns)} gives the linears of layer {i} different layer "
                               "indexes: memfit estimate models whole layers; run `memfit trace` or `memfit measure`")
-        out.append(bool(hits) and hits.pop())
-    if not any(out):
+        flag = bool(hits) and hits.pop()
+        flags.append(flag)
+        sets.append(frozenset(lin.path for lin in lins if flag or wrapped(lin)))
+    if not any(sets):
         where = f" after {','.join(patterns)}" if patterns else ""
         raise MemfitError(f"--layers-to-transform {','.join(map(str, layers))}{where} leaves no module with an adapter "
                           f"(PEFT: 'Target modules ... not found'): its layers are {prefix}.0..{n - 1}"
                           + (f"; drop --layers-pattern or use {prefix.rsplit('.', 1)[-1]}" if patterns else ""))
-    return tuple(out)
+    return tuple(flags), tuple(sets)
 
 
-def adapter_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelShape, int], ...]:
-    """:meth:`ModelShape.layer_groups` counting only the layers PEFT adapts (:func:`adapted_layers`)."""
-    flags = adapted_layers(shape, spec)
-    counts: dict[ModelShape, int] = {}
+def adapter_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelShape, frozenset[str], int], ...]:
+    """:meth:`ModelShape.layer_groups` counting only the layers PEFT adapts (:func:`adapted_layers`), each kind with
+    the paths of its adapted linears (:func:`layer_adapters`: a layer ``--layers-to-transform`` does not list keeps
+    its fused experts' and router's adapters)."""
+    flags, sets = adapted_layers(shape, spec), layer_adapters(shape, spec)
+    counts: dict[tuple[ModelShape, frozenset[str]], int] = {}
     for i in range(shape.n_layers):
         if flags[i]:
-            sub = shape.layer_shape(i)
-            counts[sub] = counts.get(sub, 0) + 1
-    return tuple(counts.items())
+            key = (shape.layer_shape(i), sets[i])
+            counts[key] = counts.get(key, 0) + 1
+    return tuple((sub, paths, n) for (sub, paths), n in counts.items())
 
 
 def trained_biases(shape: ModelShape, spec: RunSpec) -> tuple[tuple[Linear | Norm, ...], tuple[int, ...]]:
@@ -111,21 +147,30 @@ def trained_biases(shape: ModelShape, spec: RunSpec) -> tuple[tuple[Linear | Nor
     and the sizes of the biases outside the blocks that train (``all``: the final norm's, a biased lm_head's)."""
     if spec.bias == "none" or not spec.is_adapter:
         return (), ()
-    if shape.layout.moe is not None:
-        raise MemfitError(f"--bias {spec.bias} on a mixture of experts ({shape.model_type}: fused expert biases are "
-                          "not named *.bias): not modelled by memfit estimate; run `memfit trace` or `memfit measure`")
     if spec.bias == "lora_only":
-        return tuple(lin for lin in adapted_linears(shape, spec, check=False) if lin.bias), ()
-    parts: tuple[Linear | Norm, ...] = tuple(lin for lin in shape.linears() if lin.bias) + tuple(
+        return tuple(lin for lin in adapted_linears(shape, spec, check=False) if lin.bias and _named_bias(lin)
+                     and lin.is_nn_linear), ()
+    parts: tuple[Linear | Norm, ...] = tuple(lin for lin in shape.linears() if lin.bias and _named_bias(lin)) + tuple(
         n for n in shape.norms() if n.bias)
     top = ((shape.hidden,) if shape.final_norm and shape.layout.norm_bias else ()) + (
         (shape.vocab,) if shape.layout.head_bias else ())
     return parts, top
 
 
-def trains_bias(spec: RunSpec, adapted: bool) -> bool:
-    """Whether ``--bias`` trains a block linear's bias (``adapted``: the linear carries LoRA)."""
-    return spec.bias == "all" or (spec.bias == "lora_only" and adapted)
+def _named_bias(lin: Linear) -> bool:
+    """Whether ``lin``'s bias is a parameter named ``*.bias``, which ``bias="all"`` trains: not fused experts'
+    (GPT-OSS's ``experts.gate_up_proj_bias`` and ``experts.down_proj_bias``, transformers 5.24.0), which stay frozen
+    under every ``--bias``; a router's is (GPT-OSS's ``mlp.router.bias``)."""
+    return lin.experts == 1
+
+
+def trains_bias(spec: RunSpec, adapted: bool, lin: Linear | None = None) -> bool:
+    """Whether ``--bias`` trains a block linear's bias (``adapted``: the linear carries LoRA; ``lin``: the linear,
+    whose fused experts' bias never trains, and whose bias ``lora_only`` trains only on an ``nn.Linear`` LoRA layer:
+    PEFT's ``ParamWrapper`` has no ``bias``, :func:`trained_biases`)."""
+    if lin is not None and not _named_bias(lin):
+        return False
+    return spec.bias == "all" or (spec.bias == "lora_only" and adapted and (lin is None or lin.is_nn_linear))
 
 
 def bias_size(part: Linear | Norm) -> int:
@@ -134,8 +179,17 @@ def bias_size(part: Linear | Norm) -> int:
 
 
 def bias_layer_groups(shape: ModelShape, spec: RunSpec) -> tuple[tuple[ModelShape, int], ...]:
-    """The layers whose biases train: every layer with ``all``, the adapted ones with ``lora_only``."""
-    return adapter_layer_groups(shape, spec) if spec.bias == "lora_only" else shape.layer_groups()
+    """The layers whose biases train: every layer with ``all``, with ``lora_only`` those whose ``nn.Linear`` targets
+    are adapted (:func:`module_layers`; a ``ParamWrapper`` has no bias)."""
+    if spec.bias != "lora_only":
+        return shape.layer_groups()
+    flags = module_layers(shape, spec)
+    counts: dict[ModelShape, int] = {}
+    for i in range(shape.n_layers):
+        if flags[i]:
+            sub = shape.layer_shape(i)
+            counts[sub] = counts.get(sub, 0) + 1
+    return tuple(counts.items())
 
 
 def trained_bias_params(shape: ModelShape, spec: RunSpec) -> int:
@@ -175,6 +229,6 @@ def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:
     if not spec.is_adapter:
         raise MemfitError("lora_trainable_params needs --method lora or qlora")
     adapted_linears(shape, spec)  # the targets' check, against every layer kind
-    blocks = sum(n * lora_params_per_layer(sub, spec) for sub, n in adapter_layer_groups(shape, spec))
+    blocks = sum(n * lora_params_per_layer(sub, spec, paths) for sub, paths, n in adapter_layer_groups(shape, spec))
     return blocks + modules_to_save_params(shape, spec) + trained_bias_params(shape, spec) + trainable_tokens(
         shape, spec) * shape.embed_dim

@@ -21,7 +21,9 @@ Mixtral (transformers 5) keeps its experts as fused 3-D parameters (E, 2i, h) an
     gate_up    lora_A (2rE, h),    lora_B (2i, 2rE)       2rE*(h + 2i)
     down       lora_A (rE, i),     lora_B (h, rE)         rE*(i + h)
 
-Naming them one by one in ``--targets`` is an error (PEFT matches module names, not parameters).
+Named in ``--targets``, PEFT 0.21.2 converts Mixtral's ``w1``, ``w3``, ``w2`` (Qwen2/3-MoE's and DeepSeek's
+``gate_proj``, ``up_proj``, ``down_proj``) and ``gate`` into ``target_parameters`` (:func:`peft_moe_targets`): the
+same adapters; naming one of a fused pair only is PEFT's error.
 
 ``--modules-to-save`` trains a full copy of a module beside the frozen original (PEFT's
 ``ModulesToSaveWrapper``). PEFT 0.21.2 (``peft.utils.other._set_trainable``) wraps every module whose full name
@@ -177,14 +179,49 @@ def _targeted_linears(shape: ModelShape, spec: RunSpec, *, check: bool) -> tuple
                      and not (lin.is_nn_linear and lin.name in renamed))
     if check:
         _check_targets(shape, targets)
-    return tuple(lin for lin in lins if any(lin.path == t or lin.path.endswith("." + t) for t in targets))
+    converted = peft_moe_targets(shape, targets)
+    modules = tuple(t for t in targets if t not in converted)
+    return tuple(lin for lin in lins if lin.role in converted.values() and not lin.is_nn_linear
+                 or any(lin.path == t or lin.path.endswith("." + t) for t in modules))
+
+
+def peft_moe_targets(shape: ModelShape, targets: tuple[str, ...]) -> dict[str, LinearRole]:
+    """The ``--targets`` names PEFT 0.21.2 turns into ``target_parameters`` on this model
+    (``peft.utils.transformers_weight_conversion._convert_peft_config_moe``, for the model types transformers maps to
+    its mixtral or qwen2_moe pattern: :attr:`Architecture.peft_expert_names <memfit.estimate.arch.Architecture>` and
+    ``gate``), with the role of the fused parameter each adapts: a name that is, or ends with ``"." +``, one of them.
+    PEFT removes them from ``target_modules``, so no ``nn.Linear`` of that name is adapted (a shared expert's
+    gate_proj)."""
+    names = shape.arch.peft_expert_names
+    if not names:
+        return {}
+    roles: dict[str, LinearRole] = {names[0]: "experts_gate_up", names[1]: "experts_gate_up",
+                                    names[2]: "experts_down", "gate": "router"}
+    out: dict[str, LinearRole] = {}
+    for t in targets:
+        for name, role in roles.items():
+            if t == name or t.endswith("." + name):
+                out[t] = role
+                break
+    return out
 
 
 def _check_targets(shape: ModelShape, targets: tuple[str, ...]) -> None:
     lins = tuple(dict.fromkeys(lin for sub, _ in shape.layer_groups() for lin in block_linears(sub)))
-    matched: set[str] = set()
+    converted = peft_moe_targets(shape, targets)
+    fused = [t for t, role in converted.items() if role == "experts_gate_up"]
+    pair = shape.arch.peft_expert_names[:2]
+    present = {name for name in pair for t in fused if t == name or t.endswith("." + name)}
+    if present and len(present) < 2:
+        # PEFT 0.21.2 _convert_peft_config_moe: a ValueError
+        raise MemfitError(f"--targets {', '.join(sorted(present))}: PEFT cannot convert it without also targeting "
+                          f"{', '.join(sorted(set(pair) - present))} because they are fused into gate_up_proj "
+                          f"({shape.model_type}): name both")
+    matched: set[str] = set(converted)
     for lin in lins:
         for t in targets:
+            if t in converted:
+                continue
             if lin.path == t or lin.path.endswith("." + t):
                 if not lin.is_nn_linear:
                     raise MemfitError(f"--targets {t} names {lin.path}, which is not an nn.Linear in "
@@ -192,11 +229,6 @@ def _check_targets(shape: ModelShape, targets: tuple[str, ...]) -> None:
                                       "drop it or use all-linear")
                 matched.add(t)
                 break
-    renamed = [t for t in targets if t in shape.arch.peft_expert_names]
-    if renamed:
-        raise MemfitError(f"--targets {', '.join(renamed)}: PEFT 0.21.2 turns these names into the fused experts' "
-                          f"parameters for {shape.model_type} (not the nn.Linear layers of that name), which memfit "
-                          "models only under all-linear: pass --targets all-linear, or name the attention projections")
     unknown = [t for t in targets if t not in matched and t not in _TOP_MODULES]
     if unknown:
         names = ", ".join(sorted({lin.name for lin in lins if lin.is_nn_linear}))
@@ -251,11 +283,11 @@ def lora_linear_params(lin: Linear, rank: int) -> int:
     return lora_rank(lin, rank) * (lin.in_features + lin.out_features)
 
 
-def lora_params_per_layer(shape: ModelShape, spec: RunSpec) -> int:
-    """r * (in + out) summed over the adapted linears of one block (of ``shape.linears()``'s kind), plus out for
-    each with DoRA (its magnitude)."""
+def lora_params_per_layer(shape: ModelShape, spec: RunSpec, paths: frozenset[str] | None = None) -> int:
+    """r * (in + out) summed over the adapted linears of one block (of ``shape.linears()``'s kind; ``paths``: those
+    of them adapted in this layer, under ``--layers-to-transform``), plus out for each with DoRA (its magnitude)."""
     return sum(lora_linear_params(lin, rank_of(shape, spec, lin)) + (lin.out_features if spec.use_dora else 0)
-               for lin in adapted_linears(shape, spec, check=False))
+               for lin in adapted_linears(shape, spec, check=False) if paths is None or lin.path in paths)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

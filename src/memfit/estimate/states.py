@@ -69,6 +69,8 @@ from memfit.estimate.adapter import (
     adapter_layer_groups,
     bias_layer_groups,
     bias_size,
+    layer_adapters,
+    module_layers,
     trainable_tokens,
     trained_biases,
 )
@@ -228,9 +230,10 @@ def _linear_tensors(lin: Linear, w: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _block_tensors(shape: ModelShape, spec: RunSpec) -> list[tuple[int, int, int]]:
+def _block_tensors(shape: ModelShape, spec: RunSpec, paths: frozenset[str] | None = None
+                   ) -> list[tuple[int, int, int]]:
     """(elements, bytes per element, rows + cols or 0 for a vector) of each trainable tensor of one block of
-    ``shape``'s (uniform) kind."""
+    ``shape``'s (uniform) kind (``paths``: the adapted linears of this layer, under ``--layers-to-transform``)."""
     w, out = spec.weight_bytes, []
     if spec.method == "full":
         for lin in block_linears(shape):
@@ -239,6 +242,8 @@ def _block_tensors(shape: ModelShape, spec: RunSpec) -> list[tuple[int, int, int
             out += [(norm.size, w, 0)] * (2 if norm.bias else 1)
         return out + [(param.size, w, 0) for param in shape.block_params()]
     for lin in adapted_linears(shape, spec, check=False):
+        if paths is not None and lin.path not in paths:
+            continue
         r = lora_rank(lin, rank_of(shape, spec, lin))
         # lora_A (r', in) and lora_B (out, r')
         out += [(r * lin.in_features, FP32_BYTES, r + lin.in_features),
@@ -253,14 +258,14 @@ def _adapter_layer_grads(shape: ModelShape, spec: RunSpec) -> tuple[int, ...]:
     it, and the biases ``--bias`` trains in it (in every layer with ``all``). Worked: scaled Llama 3.2 (h 256,
     kv 64, 4 layers), r 16 on q_proj, v_proj, layers 0,2: 4 x 16 x ((256 + 256) + (256 + 64)) = 53,248 B in
     layers 0 and 2, 0 in 1 and 3."""
-    flags = adapted_layers(shape, spec)
+    flags, paths, modules = adapted_layers(shape, spec), layer_adapters(shape, spec), module_layers(shape, spec)
     bias_b = FP32_BYTES if spec.is_quantised else spec.weight_bytes
     out = []
     for i in range(shape.n_layers):
         sub = shape.layer_shape(i)
-        tensors = _block_tensors(sub, spec) if flags[i] else []
+        tensors = _block_tensors(sub, spec, paths[i]) if flags[i] else []
         biases = sum(bias_size(p) for p in trained_biases(sub, spec)[0]) if spec.bias == "all" or (
-            spec.bias == "lora_only" and flags[i]) else 0
+            spec.bias == "lora_only" and modules[i]) else 0
         out.append(sum(n * b for n, b, _ in tensors) + biases * bias_b)
     return tuple(out)
 
@@ -273,17 +278,18 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     adapted_linears(shape, spec)  # the targets' check, against every layer kind
     # each block kind's trainable tensors and its number of layers; the last layer's kind is the typical block
     # (--layers-to-transform: the adapted layers only, and the last layer may have no adapter)
-    trained = adapter_layer_groups(shape, spec) if spec.is_adapter else shape.layer_groups()
-    groups = [(_block_tensors(sub, spec), n) for sub, n in trained]
+    trained = adapter_layer_groups(shape, spec) if spec.is_adapter else tuple(
+        (sub, None, n) for sub, n in shape.layer_groups())
+    groups = [(_block_tensors(sub, spec, paths), n) for sub, paths, n in trained]
     last = shape.n_layers - 1
-    per_layer_tensors = _block_tensors(shape.layer_shape(last), spec) if adapted_layers(shape, spec)[last] or \
-        spec.method == "full" else []
+    per_layer_tensors = _block_tensors(shape.layer_shape(last), spec, layer_adapters(shape, spec)[last]) \
+        if adapted_layers(shape, spec)[last] or spec.method == "full" else []
     # --bias: the trained biases, in the weights' dtype (fp32 under a quantised base), per layer kind
     bias_b = FP32_BYTES if spec.is_quantised else w
     bias_groups = [([(bias_size(p), bias_b, 0) for p in trained_biases(sub, spec)[0]], n)
                    for sub, n in bias_layer_groups(shape, spec)] if spec.bias != "none" else []
     groups += bias_groups
-    if spec.bias == "all" or (spec.bias == "lora_only" and adapted_layers(shape, spec)[last]):
+    if spec.bias == "all" or (spec.bias == "lora_only" and module_layers(shape, spec)[last]):
         per_layer_tensors = per_layer_tensors + [(bias_size(p), bias_b, 0)
                                                  for p in trained_biases(shape.layer_shape(last), spec)[0]]
     all_blocks = [t for tensors, _ in groups for t in tensors]

@@ -352,12 +352,13 @@ def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROW
 
 
 def peft_layer_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] | None = None) -> list[MatrixRow]:
-    """The --layers-to-transform, --bias and --trainable-tokens rows (:mod:`memfit.validate.rows_peft`; ``FAST_*``
-    for the fast subsets)."""
+    """The --layers-to-transform, --bias and --trainable-tokens rows (:mod:`memfit.validate.rows_peft`, and on MoE
+    models :mod:`memfit.validate.rows_moe_peft`; ``FAST_*`` for the fast subsets)."""
+    from memfit.validate.rows_moe_peft import MOE_PEFT_ROWS
     from memfit.validate.rows_peft import BIAS_ROWS, LAYER_ROWS, TOKEN_ROWS
 
     return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s))
-            for m, fields, s in (LAYER_ROWS + BIAS_ROWS + TOKEN_ROWS if rows is None else rows)]
+            for m, fields, s in (LAYER_ROWS + BIAS_ROWS + TOKEN_ROWS + MOE_PEFT_ROWS if rows is None else rows)]
 
 
 def dropout_matrix() -> list[MatrixRow]:

@@ -27,9 +27,9 @@ from memfit.estimate.activations.embedding import embed, rotary_tables
 from memfit.estimate.activations.head import head_and_loss
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import Saved, SymTensor
-from memfit.estimate.adapter import adapted_layers
+from memfit.estimate.adapter import layer_adapters
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
-from memfit.estimate.lora import adapted_linears, block_linears
+from memfit.estimate.lora import block_linears
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
 
@@ -155,19 +155,16 @@ def sdpa_masked_layers(shape: ModelShape, spec: RunSpec) -> tuple[bool, ...]:
     return tuple(t == "sliding" for t in shape.layer_types)
 
 
-Kind = tuple[ModelShape, bool, bool]  # a layer's block kind, whether its sdpa takes a mask, whether it is adapted
+Kind = tuple[ModelShape, bool, frozenset[str]]  # a layer's block kind, whether its sdpa takes a mask, its adapters
 
 
 def _layer_replay(rp: Replay, kind: Kind) -> Replay:
     """The replay of a layer of ``kind``: its block kind (:meth:`ModelShape.layer_shape`: a MoE model's dense-MLP
-    layers), whether its sdpa call takes a mask (the padding-mask path) and whether PEFT adapts it
-    (``--layers-to-transform``), on the same tape."""
+    layers), whether its sdpa call takes a mask (the padding-mask path) and the paths of the linears PEFT adapts in
+    it (``--layers-to-transform``: none, or only fused experts and router), on the same tape."""
     model, masked, adapted = kind
-    if not adapted:
-        rp = replace(rp, model=model, adapted=frozenset())
-    elif model is not rp.model:
-        rp = replace(rp, model=model, adapted=frozenset(lin.path for lin in adapted_linears(model, rp.spec,
-                                                                                             check=False)))
+    if model is not rp.model or adapted != rp.adapted:
+        rp = replace(rp, model=model, adapted=adapted)
     return replace(rp, spec=rp.spec.with_(padding_mask=True)) if masked else rp
 
 
@@ -179,8 +176,10 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     block of each is replayed after it and ``layers_extra`` adds the difference for each such layer."""
     t, m = rp.tape, rp.model
     masked = sdpa_masked_layers(m, rp.spec)
-    adapted = adapted_layers(m, rp.spec) if rp.spec.is_adapter else (True,) * m.n_layers
+    adapted = layer_adapters(m, rp.spec) if rp.spec.is_adapter else (rp.adapted,) * m.n_layers
     kinds = [(m.layer_shape(i), masked[i], adapted[i]) for i in range(m.n_layers)]
+    every = layer_adapters(m, rp.spec.with_(layers_to_transform=(), layers_pattern=())) if rp.spec.is_adapter \
+        else adapted
     rope_storages = {r.storage for r in rope} if rope is not None else set()
     mark = t.mark()
     x1 = block_forward(_layer_replay(rp, kinds[0]), x, rope)
@@ -192,10 +191,10 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
         return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
                        first_out=x1, last=x1, forward=t.forward_peak(mark))
-    if not all(adapted):
+    if adapted != every:
         return _replay_layer_by_layer(rp, kinds, x1, rope, first=first, backward_first=backward_first,
                                       shared=shared, rope_storages=rope_storages)
-    typical = (kinds[-1][0], masked[1], True)
+    typical = (kinds[-1][0], masked[1], adapted[-1])
     mark = t.mark()
     x2 = block_forward(_layer_replay(rp, typical), x1, rope)
     per_saved, backward_per, forward = t.saved_since(mark), t.backward_peak(mark), t.forward_peak(mark)

@@ -122,10 +122,12 @@ def _autocast_expert_copies(rp: Replay, rows: SymTensor, lin: Linear, component:
 
 def _routing_weights(rp: Replay, logits: SymTensor) -> SymTensor:
     """The routed rows' weights (Tk, 1) as the experts multiply them: fp32 (Mixtral), or cast back to the router
-    logits' dtype (``MoeLayout.weights_in_logits_dtype``, Qwen3-MoE)."""
+    logits' dtype (``MoeLayout.weights_in_logits_dtype``, Qwen3-MoE). They require grad when the logits do: not in
+    a frozen layer before the first adapted one (``--layers-to-transform``) unless its router trains (a ``--bias
+    all`` router bias, an adapted router)."""
     moe_layout = rp.model.layout.moe
     itemsize = logits.itemsize if moe_layout is not None and moe_layout.weights_in_logits_dtype else FP32_BYTES
-    return rp.tape.new((rp.batch * rp.seq * rp.model.experts_per_token, 1), itemsize, True)
+    return rp.tape.new((rp.batch * rp.seq * rp.model.experts_per_token, 1), itemsize, logits.requires_grad)
 
 
 def _eager_loop(rp: Replay) -> bool:
@@ -251,7 +253,7 @@ def _adapted_experts(rp: Replay, x: SymTensor, gate_up: Linear, down: Linear, ro
     t, m, spec = rp.tape, rp.model, rp.spec
     Tk, h, i = rp.batch * rp.seq * m.experts_per_token, m.hidden, m.intermediate
     eager = _eager_loop(rp)
-    g_block = lora_params_per_layer(m, spec) * FP32_BYTES
+    g_block = lora_params_per_layer(m, spec, rp.adapted) * FP32_BYTES  # this layer's adapters
     g_before_down = g_block - lora_linear_params(down, rank_of(m, spec, down)) * FP32_BYTES
     w_gu = _effective_weight(rp, gate_up, "moe/gate_up", pending=g_before_down)
     rows_start = t.saved_total

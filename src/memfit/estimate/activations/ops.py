@@ -100,7 +100,7 @@ def linear(rp: Replay, x: SymTensor, lin: Linear, component: str) -> SymTensor:
         if lin.bias and t.autocast and (rp.model.layout.bias_add_promotes or lin.experts > 1):
             # (x @ W.T) + b outside F.linear (FalconLinear; fused experts' x @ W[e] + b[e]): the fp32 bias wins
             out = t.new(out.shape, rp.spec.weight_bytes, out.requires_grad)
-    if lin.bias and not out.requires_grad and trains_bias(rp.spec, lin.path in rp.adapted):  # --bias: it needs grad
+    if lin.bias and not out.requires_grad and trains_bias(rp.spec, lin.path in rp.adapted, lin):  # --bias: needs grad
         out = t.op((x,), t.new(out.shape, out.itemsize, True))
     return out if lin.path not in rp.adapted else _lora(rp, x, lin, out)
 
@@ -337,7 +337,7 @@ def _eager_with_sinks(rp: Replay, scores: SymTensor, v: SymTensor, component: st
     """
     t, m = rp.tape, rp.model
     b, s, a, d = rp.batch, rp.seq, m.n_heads, m.head_dim
-    logits = t.new((b, a, s, s + 1), FP32_BYTES if t.autocast else scores.itemsize, True)
+    logits = t.new((b, a, s, s + 1), FP32_BYTES if t.autocast else scores.itemsize, scores.requires_grad or rp.full)
     t.save(t.new((b, a, s, 1), INT64_BYTES, False), f"{component}/scores")  # max's indices
     probs = t.unary_saving_output(logits, f"{component}/scores")
     p = t.cast(probs.view(b, a, s, s), v.itemsize)

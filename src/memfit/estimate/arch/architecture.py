@@ -27,7 +27,9 @@ class Architecture:
     - ``peft_expert_names``: the ``nn.Linear`` leaf names PEFT 0.21.2 converts into the fused experts' parameters
       for this model type (``peft.utils.transformers_weight_conversion._convert_peft_config_moe``, the
       ``qwen2_moe`` pattern: gate_proj, up_proj, down_proj): ``all-linear`` adapts the experts under those names
-      and never an ``nn.Linear`` of that name (a dense-MLP layer's or the shared experts' MLP).
+      and never an ``nn.Linear`` of that name (a dense-MLP layer's or the shared experts' MLP). In that order: the
+      two fused into gate_up_proj, then down_proj's (Mixtral's pattern: w1, w3, w2); named in ``--targets`` they
+      adapt the experts too, and ``gate`` the router (``_MOE_TARGET_MODULE_MAPPING``: ``gate`` -> ``gate.weight``).
     - ``attention_kernels``: the ``--attention`` values transformers builds the model with (a model class with
       ``_supports_sdpa = False`` has no sdpa path); ``kernel_note`` says why one is missing.
 

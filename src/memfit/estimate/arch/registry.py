@@ -137,6 +137,7 @@ MIXTRAL = Architecture(
                     experts_per_token=Size("experts per token", ("num_experts_per_tok",), 2),
                     qkv_bias=_NO_BIAS, o_bias=_NO_BIAS),
     names=ModuleNames(block=BlockNames(extras=("mlp.experts.act_fn",))), lora_targets=_QV,
+    peft_expert_names=("w1", "w3", "w2"),  # PEFT 0.21.2's mixtral conversion: w1, w3 -> gate_up_proj, w2 -> down_proj
 )
 
 GPT2 = Architecture(
