@@ -33,6 +33,7 @@ from memfit.validate.agreement import (  # noqa: E402
     fast_matrix,
     full_matrix,
     measure_row,
+    peft_layer_matrix,
     quant_matrix,
     run_row,
     summarise,
@@ -222,6 +223,9 @@ def main() -> int:
                     help="only the sqrt / every-k rows (memfit.validate.rows_checkpointing); prints, writes nothing")
     ap.add_argument("--quant", action="store_true", help="only the bitsandbytes / AdamW-kernel rows (issue 14, "
                     "memfit.validate.rows_quant); prints, never writes")
+    ap.add_argument("--peft-rows", nargs="?", const="all", choices=("all", "layers", "bias", "tokens"),
+                    help="only the PEFT per-layer option rows (memfit.validate.rows_peft), or one kind of them; "
+                    "prints, never writes")
     ap.add_argument("--cuda-measure", metavar="OUT_JSON",
                     help="on a GPU machine: measure the CUDA matrix (full-size models) and write the points")
     ap.add_argument("--cuda-results", metavar="JSON",
@@ -235,6 +239,12 @@ def main() -> int:
     if args.checkpointing_rows:
         rows, args.no_write, args.no_full_size = checkpointing_matrix(), True, True
     if args.quant:
+        args.no_write = args.no_full_size = True
+    if args.peft_rows:
+        from memfit.validate import rows_peft
+
+        kinds = {"layers": rows_peft.LAYER_ROWS, "bias": rows_peft.BIAS_ROWS, "tokens": rows_peft.TOKEN_ROWS}
+        rows = peft_layer_matrix(None if args.peft_rows == "all" else kinds[args.peft_rows])
         args.no_write = args.no_full_size = True
     if args.models:
         keep = {m.strip() for m in args.models.split(",")}
@@ -253,7 +263,8 @@ def main() -> int:
         print(f"{row.label:70s} measured {r.measured_bytes:>13,} est {r.estimate_error:+.2%} trace {tr} "
               f"({r.seconds:.0f} s)", flush=True)
     seconds = time.perf_counter() - t0
-    consts = [] if (args.fast or args.models or args.checkpointing_rows or args.quant) else activation_constants(rows)
+    only = args.fast or args.models or args.checkpointing_rows or args.quant or args.peft_rows
+    consts = [] if only else activation_constants(rows)
     full = []
     if not (args.fast or args.no_full_size):
         from memfit.trace.engine import trace_step
