@@ -117,7 +117,8 @@ class MatrixRow:
             targets += f" bias {s.bias}"
         if s.trainable_token_indices:
             targets += f" tokens {','.join(map(str, s.trainable_token_indices))}"
-        method = s.method if s.method == "full" else f"{'dora' if s.use_dora else s.method}[{targets}]" + (
+        adapter = s.method if not s.use_dora else ("dora" if s.method == "lora" else f"{s.method}+dora")  # qlora+dora
+        method = s.method if s.method == "full" else f"{adapter}[{targets}]" + (
             " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         if s.checkpointing in ("sqrt", "every-k"):  # segments / one block in k: the depth matters, say it
