@@ -182,9 +182,9 @@ def trainable_tokens(shape: ModelShape, spec: RunSpec) -> int:
                           "the lm_head's merged (V, h) weight, not modelled by memfit estimate; use --loss standard, "
                           "or run `memfit trace` or `memfit measure`")
     if shape.tie_embeddings and spec.sharding not in ("none", "ddp"):
-        raise MemfitError(f"--trainable-tokens on tied embeddings with --sharding {spec.sharding}: the lm_head's merged "
-                          "table from sharded parameters is not modelled by memfit estimate; drop one of them, or run "
-                          "`memfit trace`")
+        raise MemfitError(f"--trainable-tokens on tied embeddings with --sharding {spec.sharding}: the lm_head's "
+                          "merged table from sharded parameters is not modelled by memfit estimate; drop one of them, "
+                          "or run `memfit trace`")
     return len(ids)
 
 
