@@ -59,9 +59,6 @@ def test_refused_and_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(MemfitError, match="tied embeddings with --loss chunked"):
         lora_trainable_params(lookup("llama-3.2-1b").shape, RunSpec(method="lora", trainable_token_indices=(1,),
                                                                     loss="chunked"))
-    with pytest.raises(MemfitError, match="tied embeddings with --sharding fsdp"):
-        estimate_memory(lookup("llama-3.2-1b").shape, RunSpec(method="lora", trainable_token_indices=(1,),
-                                                              sharding="fsdp", gpus=2, device="cuda"))
     with pytest.raises(MemfitError, match="past the vocabulary"):
         lora_trainable_params(lookup("llama-2-7b").shape, RunSpec(method="lora", trainable_token_indices=(32000,)))
     with pytest.raises(MemfitError, match="both train the embedding"):
@@ -81,8 +78,9 @@ def test_refused_and_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_peft_ties_the_head_adapter() -> None:
-    """What the tied estimate rests on (PEFT 0.21.2 ``_set_trainable_tokens``): with tied embeddings the lm_head is a
-    ``TrainableTokensWrapper`` whose layer is tied to the embedding's and holds the very same delta Parameter."""
+    """What the tied estimate rests on (PEFT 0.21.2 ``set_additional_trainable_modules``): with tied embeddings the
+    lm_head is a ``TrainableTokensWrapper`` whose layer is tied to the embedding's and holds the very same delta
+    Parameter."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")

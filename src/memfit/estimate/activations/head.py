@@ -76,7 +76,9 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
     table = table_used = table_saved = table_forward = 0
     if tied_token_head(m, spec):  # PEFT 0.21.2's tied TrainableTokensLayer: F.linear(x, weight.index_copy(...))
         t.save(t.new((trainable_tokens(m, spec),), INT64_BYTES, False), "head")  # index_copy's int64 index
-        merged = t.new((V, width), lm_itemsize, True)  # not a parameter: F.linear saves it
+        # not a parameter: F.linear saves it. FSDP2's MixedPrecisionPolicy gathers the weight and the delta in the
+        # compute dtype, so the table is built in it
+        merged = t.new((V, width), t.compute_itemsize if t.params_in_compute else lm_itemsize, True)
         w = t.cast(merged, t.compute_itemsize) if t.autocast else merged  # the merged fp32 table freed after it
         before = t.saved_total
         logits = t.linear(xf, w, V, "head")
