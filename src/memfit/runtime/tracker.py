@@ -150,8 +150,7 @@ class LiveTensorTracker(TorchDispatchMode):
         get_head = getattr(model, "get_output_embeddings", None)
         head = get_head() if callable(get_head) else None
         if isinstance(head, torch.nn.Module):
-            # PEFT 0.21.2's TrainableTokensWrapper (--trainable-tokens on a tied lm_head) answers ``.weight`` with a new
-            # merged (V, h) table (index_copy): read the wrapped nn.Linear's own weight instead
+            # PEFT 0.21.2 TrainableTokensWrapper (tied lm_head): .weight makes a merged (V, h) table; read the Linear
             weight = getattr(getattr(getattr(head, "token_adapter", None), "base_layer", head), "weight", None)
             if self.vocab is None and isinstance(weight, torch.Tensor) and weight.dim() == 2:
                 self.vocab = int(weight.shape[0])
