@@ -225,6 +225,9 @@ def main() -> int:
                     "memfit.validate.rows_quant); prints, never writes")
     ap.add_argument("--moe-peft", action="store_true", help="only the --bias / --layers-to-transform rows on MoE "
                     "models (issue 14 part 3, memfit.validate.rows_moe_peft); prints, never writes")
+    ap.add_argument("--peft-rows", nargs="?", const="all", choices=("all", "layers", "bias", "tokens"),
+                    help="only the PEFT per-layer option rows (memfit.validate.rows_peft), or one kind of them; "
+                    "prints, never writes")
     ap.add_argument("--cuda-measure", metavar="OUT_JSON",
                     help="on a GPU machine: measure the CUDA matrix (full-size models) and write the points")
     ap.add_argument("--cuda-results", metavar="JSON",
@@ -243,6 +246,12 @@ def main() -> int:
         from memfit.validate.rows_moe_peft import MOE_PEFT_ROWS
 
         rows, args.no_write, args.no_full_size = peft_layer_matrix(MOE_PEFT_ROWS), True, True
+    if args.peft_rows:
+        from memfit.validate import rows_peft
+
+        kinds = {"layers": rows_peft.LAYER_ROWS, "bias": rows_peft.BIAS_ROWS, "tokens": rows_peft.TOKEN_ROWS}
+        rows = peft_layer_matrix(None if args.peft_rows == "all" else kinds[args.peft_rows])
+        args.no_write = args.no_full_size = True
     if args.models:
         keep = {m.strip() for m in args.models.split(",")}
         rows = [r for r in rows if r.model in keep]
@@ -260,7 +269,7 @@ def main() -> int:
         print(f"{row.label:70s} measured {r.measured_bytes:>13,} est {r.estimate_error:+.2%} trace {tr} "
               f"({r.seconds:.0f} s)", flush=True)
     seconds = time.perf_counter() - t0
-    narrow = args.fast or args.models or args.checkpointing_rows or args.quant or args.moe_peft
+    narrow = args.fast or args.models or args.checkpointing_rows or args.quant or args.moe_peft or args.peft_rows
     consts = [] if narrow else activation_constants(rows)
     full = []
     if not (args.fast or args.no_full_size):

@@ -222,3 +222,14 @@ def test_search_does_not_assume_a_4bit_base_is_smallest_on_moe() -> None:
     report = fit(shape, spec, Target.resolve("A100-80GB"))
     assert report.fits and report.cheapest.setup is not None
     assert report.cheapest.setup.spec.method == "lora"
+
+
+def test_tied_trainable_tokens_leave_the_chunked_loss_out() -> None:
+    """--trainable-tokens on tied embeddings (Llama-3.2-1B): the estimate does not model a fused loss head with the
+    lm_head's merged table, so `memfit fit` skips the chunked loss (it raised the estimate's refusal from the middle
+    of the plan) and no candidate it weighs uses it; the run still gets an answer."""
+    spec = RunSpec(method="lora", batch=8, seq=4096, trainable_token_indices=(128000,))
+    report = fit(resolve_model("llama-3.2-1b"), spec, Target.resolve("8GiB", None))
+    assert {s.action: s.reason for s in report.skipped}["chunked_loss"] == "not_modelled"
+    assert report.fits and report.cheapest is not None and report.cheapest.setup is not None
+    assert report.cheapest.setup.spec.loss == "standard"

@@ -19,9 +19,24 @@ from memfit.validate.rows_dora import DORA_ROWS, FAST_DORA_ROWS  # noqa: E402
 def test_dora_rows_in_the_matrix() -> None:
     rows = full_matrix()
     labels = [r.label for r in rows]
-    # QLoRA + DoRA rows live in rows_quant (their label also reads dora[...])
+    # QLoRA + DoRA rows live in rows_quant
     assert sum("dora[" in r.label and r.spec.method == "lora" for r in rows) == len(DORA_ROWS)
     assert "llama-3.2-1b dora[all-linear] fp32 sdpa - b1 s16 vocab 1024" in labels
+
+
+def test_qlora_dora_label_says_both() -> None:
+    """A QLoRA + DoRA row reads ``qlora+dora[...]`` (it read ``dora[...]``, like a plain DoRA row); plain DoRA rows
+    keep ``dora[...]`` and QLoRA rows ``qlora[...]``."""
+    from memfit.validate.rows_quant import QUANT_ROWS
+
+    labels = {r.label: r.spec for r in full_matrix()}
+    both = [label for label, s in labels.items() if s.method == "qlora" and s.use_dora]
+    assert len(both) == sum(s.method == "qlora" and s.use_dora for _, s in QUANT_ROWS) >= 2
+    assert all(label.split()[1].startswith("qlora+dora[") for label in both), both
+    assert "llama-3.2-1b qlora+dora[default] fp32 sdpa - b2 s64" in labels
+    assert all(label.split()[1].startswith("dora[") for label, s in labels.items() if s.method == "lora" and s.use_dora)
+    assert all(label.split()[1].startswith("qlora[") for label, s in labels.items()
+               if s.method == "qlora" and not s.use_dora)
 
 
 @pytest.mark.slow

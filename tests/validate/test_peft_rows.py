@@ -4,7 +4,9 @@ trace within 1% of the measured peak. Llama with four layers and vocab_size 1024
 what the input gradient needs). The estimate ignoring layers_to_transform was +23.6% and +10.3% on them. And
 Pythia with ``bias="all"`` (its LayerNorm biases train: layer 0's norms save their input): -5.1% ignoring it. And
 Pythia with one trainable token and checkpointing, where the merged table's dense (V, h) gradient at the end of
-the backward is the peak: -20.0% ignoring it."""
+the backward is the peak: -20.0% ignoring it. And Qwen2.5 (tied embeddings) with two trainable tokens under
+mixed-bf16: PEFT's tied lm_head keeps its own merged table, and the end of its forward (fp32 table beside its bf16
+copy, the logits) is the peak; the estimate refused tied embeddings before."""
 
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ def test_layer_rows_in_the_matrix() -> None:
     assert sum(" bias " in label for label in labels) == len(BIAS_ROWS) + sum(" bias " in m for m in moe)
     assert sum(" tokens " in label for label in labels) == len(TOKEN_ROWS)
     assert "llama-3.2-1b lora[q_proj,v_proj layers 2] fp32 sdpa - b2 s64 vocab 1024" in labels
+    # tied embeddings (PEFT's tied TrainableTokensLayer on the lm_head): four rows, one in the fast subset
+    tied = [label for label in labels if " tokens " in label and not label.startswith("pythia")
+            and "llama-3.2-1b lora[default tokens 128000,128001]" not in label]
+    assert len(tied) == 4 and "qwen2.5-0.5b lora[default tokens 5,7] mixed-bf16 sdpa - b1 s64 vocab 1024" in tied
 
 
 @pytest.mark.slow

@@ -39,6 +39,7 @@ from memfit.advise.profile import DataProfile
 from memfit.advise.result import SkipReason
 from memfit.advise.setup import Setup
 from memfit.estimate import MemoryEstimate, ModelShape, RunSpec, estimate_memory
+from memfit.estimate.adapter import fused_loss_modelled
 from memfit.estimate.constants import SEQ_MULTIPLE, seq_round_up
 from memfit.estimate.sharding import LADDER, communication_bytes, nodes_needed
 
@@ -191,6 +192,9 @@ def _chunked_loss(cur: Setup, ctx: Context) -> Options:
     if cur.spec.loss in ("chunked", "trl"):  # trl: TRL's own fused head, no (b, s, V) logits either
         return NotApplicable(reason="already", facts={"value": "chunked" if cur.spec.loss == "chunked" else
                                                       "TRL's fused LM head"})
+    if not fused_loss_modelled(ctx.shape, cur.spec):
+        return NotApplicable(reason="not_modelled", facts={"value": "a chunked loss",
+                                                           "why": "--trainable-tokens on tied embeddings"})
     return (cur.with_(loss="chunked"),)
 
 

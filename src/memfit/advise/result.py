@@ -33,6 +33,7 @@ SkipReason = Literal[
     "no_change",  # the remedy proposes the run as it is
     "not_eval_peak",  # an evaluation knob, and the evaluation step is not the peak (advise/evaluation.py)
     "saves_too_little",  # less than the smallest saving worth a step (facts: saved_bytes)
+    "not_modelled",  # the estimate does not model the remedy for this run (facts: value, why)
 ]
 
 Need = Literal["gradient_checkpointing", "segment_checkpointing", "flash_attention", "fused_cross_entropy",

@@ -21,6 +21,7 @@ from memfit.advise.remedies import divisors, halved_ranks
 from memfit.advise.result import CheapestFit, Need
 from memfit.advise.setup import Setup
 from memfit.errors import MemfitError
+from memfit.estimate.adapter import fused_loss_modelled
 from memfit.estimate.constants import seq_round_up
 from memfit.estimate.fits import Target
 from memfit.estimate.sharding import LADDER
@@ -31,11 +32,12 @@ CHECKPOINT_OPTIONS: tuple[tuple[Checkpointing, int], ...] = (("none", 2), ("full
 
 
 def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[int, ...] = (),
-               kernels: tuple[str, ...] | None = None) -> Iterator[Setup]:
+               kernels: tuple[str, ...] | None = None, chunked: bool = True) -> Iterator[Setup]:
     """Every combination of the knobs the advisor may turn (module docstring); ``extra_seqs`` adds sequence
     lengths to the grid (the ordered plan's, so the search can always match the ordered plan); ``kernels``: the
     attention kernels the architecture has (``Architecture.attention_kernels``; Gemma 2 and GPT-OSS have no
-    sdpa), None for all."""
+    sdpa), None for all; ``chunked`` False leaves the chunked loss out (the estimate does not model it for the run:
+    ``fused_loss_modelled``)."""
     s0 = initial.spec
     ckpts = list(dict.fromkeys([(s0.checkpointing, s0.checkpoint_every), *CHECKPOINT_OPTIONS]))
     seqs = [s0.seq]
@@ -49,7 +51,7 @@ def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[in
     ranks = [s0.rank] + (halved_ranks(s0.rank) if s0.is_adapter else [])  # a full run made LoRA keeps its rank
     attentions = [a for a in dict.fromkeys([s0.attention, "sdpa"] + (["flash"] if s0.device == "cuda" else []))
                   if kernels is None or a == s0.attention or a in kernels]
-    losses = list(dict.fromkeys([s0.loss, "chunked"]))
+    losses = list(dict.fromkeys([s0.loss, "chunked"])) if chunked else [s0.loss]
     shardings = list(dict.fromkeys([*LADDER, s0.sharding])) if s0.gpus > 1 else [s0.sharding]
     packings = [False, True] if data is not None else [initial.packing]
     rows0 = s0.batch * s0.grad_accum
@@ -68,16 +70,16 @@ def candidates(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[in
 
 
 def minimal_setups(initial: Setup, *, data: DataProfile | None, extra_seqs: tuple[int, ...] = (),
-                   kernels: tuple[str, ...] | None = None) -> list[Setup]:
+                   kernels: tuple[str, ...] | None = None, chunked: bool = True) -> list[Setup]:
     """The few least-memory candidates: if none of them fits, nothing does."""
     s0 = initial.spec
-    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels))
+    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels, chunked=chunked))
     min_seq = min(c.spec.seq for c in cands)
     min_rank = min(c.spec.rank for c in cands)
     # every method's: a 4-bit base is not always the smallest (transformers 5.24 leaves MoE experts unquantised,
     # and PEFT's prepare_model_for_kbit_training makes them fp32: more bytes than a bf16 LoRA base)
     out = [c for c in cands if c.spec.batch == 1 and c.spec.seq == min_seq and c.spec.rank == min_rank
-           and c.spec.loss == "chunked"
+           and c.spec.loss == ("chunked" if chunked else s0.loss)
            and c.spec.checkpointing in ("full", "sqrt")
            and c.spec.sharding == (LADDER[-1] if s0.gpus > 1 else s0.sharding)]
     return out or [initial.with_(batch=1, grad_accum=s0.batch * s0.grad_accum)]
@@ -88,7 +90,8 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
                  extra_seqs: tuple[int, ...] = ()) -> CheapestFit:
     """The cheapest fitting configuration: candidates sorted by cost, estimated in that order."""
     kernels = cache.shape.arch.attention_kernels
-    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels))
+    chunked = fused_loss_modelled(cache.shape, initial.spec)
+    cands = list(candidates(initial, data=data, extra_seqs=extra_seqs, kernels=kernels, chunked=chunked))
     costed = sorted(((setup_cost(initial, c, time_model=time_model, data=data), c) for c in cands),
                     key=lambda pair: pair[0].key())
     n = len(costed)
@@ -96,7 +99,8 @@ def cheapest_fit(cache: PeakCache, target: Target, initial: Setup, *, time_model
     def fits(setup: Setup) -> bool:
         return cache.fits(target, setup.spec)
 
-    if not any(fits(m) for m in minimal_setups(initial, data=data, extra_seqs=extra_seqs, kernels=kernels)):
+    if not any(fits(m) for m in minimal_setups(initial, data=data, extra_seqs=extra_seqs, kernels=kernels,
+                                               chunked=chunked)):
         return CheapestFit(setup=None, peak_bytes=None, cost=None, candidates=n, evaluated=cache.estimates)
     best: tuple[tuple[int, int, int], int, Setup, Cost] | None = None
     best_key = None

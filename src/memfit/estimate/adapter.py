@@ -32,8 +32,22 @@ table's dtype, k the listed ids. Each forward builds ``W = weight.index_copy(0, 
 freed once the lookup is done, and keeps the int64 index for the backward; the backward's embedding gradient is
 dense, (V, h) in the table's dtype, before ``index_select`` takes the k rows that become the delta's gradient.
 Worked: Llama-2-7B (V 32,000, h 4,096, bf16), 2 ids: 8,192 trained parameters (16 KiB), and a 250 MiB gradient
-temporary at the end of the backward. A tied lm_head is wrapped as well (PEFT ties the adapter) and its
-``F.linear`` keeps its own merged (V, h) weight: not modelled (refused; trace and measure run it).
+temporary at the end of the backward.
+
+Tied embeddings (``peft/utils/other.py`` ``set_additional_trainable_modules`` -> ``_set_trainable(tied_adapter=...)``,
+``_get_module_names_tied_with_embedding``; transformers 5.24.0 ties ``lm_head.weight`` to the embedding's Parameter):
+PEFT wraps the lm_head in a second ``TrainableTokensWrapper`` whose ``TrainableTokensLayer`` is tied to the
+embedding's: it takes the same ``trainable_tokens_delta`` ParameterDict, ``trainable_tokens_original`` BufferDict and
+indices, so the trained (k, h) delta and the frozen copy exist once (``print_trainable_parameters`` counts k * h, as
+untied). Its forward is ``F.linear(x, W)`` with its own ``W = weight.index_copy(0, index, delta)``: a second (V, h)
+merged table in the weight's dtype that requires grad, so the matmul saves W (under autocast its compute-dtype copy; the
+fp32 W, a local of ``forward_adapters``, is freed when it returns) and its input x until the lm_head's backward, which
+makes W's dense (V, h) gradient (under autocast: in the compute dtype, then cast to W's dtype) before ``index_select``
+takes the delta's k rows.
+The embedding's table and gradient are as untied. Under FSDP2's MixedPrecisionPolicy the table is built from the
+gathered parameters, already in the compute dtype (no copy); the sharded case is not measured. Worked: Llama-3.2-1B
+(V 128,256, h 2,048, fp32), 1 id: the head keeps a 1,002 MiB merged table from its forward to its backward, and its
+backward adds another 1,002 MiB gradient.
 """
 
 from __future__ import annotations
@@ -203,7 +217,8 @@ def trained_bias_params(shape: ModelShape, spec: RunSpec) -> int:
 
 def trainable_tokens(shape: ModelShape, spec: RunSpec) -> int:
     """k, the embedding rows ``--trainable-tokens`` trains (module docstring); 0 without it. A MemfitError for an id
-    past the vocabulary, for the embedding also in ``--modules-to-save`` (PEFT's error) and for tied embeddings."""
+    past the vocabulary, for the embedding also in ``--modules-to-save`` (PEFT's error), and for tied embeddings
+    with a fused loss head (``--loss chunked`` / ``trl`` read the lm_head's merged weight: not modelled)."""
     ids = spec.trainable_token_indices if spec.is_adapter else ()
     if not ids:
         return 0
@@ -214,10 +229,24 @@ def trainable_tokens(shape: ModelShape, spec: RunSpec) -> int:
     if any(m.role == "embed" for m in saved_modules(shape, spec)):
         raise MemfitError("--trainable-tokens and --modules-to-save both train the embedding (PEFT: 'The embedding "
                           "layer is already marked to be trained fully'): pass one of them")
-    if shape.tie_embeddings:
-        raise MemfitError(f"--trainable-tokens on tied embeddings ({shape.model_type}: PEFT wraps the lm_head too, "
-                          "whose merged weight the estimate does not model); run `memfit trace` or `memfit measure`")
+    if spec.loss != "standard" and not fused_loss_modelled(shape, spec):
+        raise MemfitError(f"--trainable-tokens on tied embeddings with --loss {spec.loss}: the fused loss head reads "
+                          "the lm_head's merged (V, h) weight, not modelled by memfit estimate; use --loss standard, "
+                          "or run `memfit trace` or `memfit measure`")
     return len(ids)
+
+
+def fused_loss_modelled(shape: ModelShape, spec: RunSpec) -> bool:
+    """Whether the estimate models a fused loss head (``--loss chunked`` / ``trl``) for this run: not with
+    ``--trainable-tokens`` on tied embeddings (the fused head reads the lm_head's merged weight), so that ``memfit
+    fit`` leaves that remedy out."""
+    return not (spec.is_adapter and spec.trainable_token_indices and shape.tie_embeddings)
+
+
+def tied_token_head(shape: ModelShape, spec: RunSpec) -> bool:
+    """Whether the lm_head is a ``TrainableTokensLayer`` tied to the embedding's (module docstring): tied embeddings
+    and ``--trainable-tokens``."""
+    return shape.tie_embeddings and trainable_tokens(shape, spec) > 0
 
 
 def lora_trainable_params(shape: ModelShape, spec: RunSpec) -> int:

@@ -273,6 +273,21 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
         Moment(phase="backward", label="backward: lm_head",
                parts={**base, ACTS: acts_fwd, **_lm_head_backward(spec, st, act)}),
     ]
+    if act.head_table:  # a tied --trainable-tokens head's matmul backward (estimate/adapter.py): from d(logits) in the
+        # compute dtype, the dense gradient of the merged table it saw and d(x), made at once
+        out.append(Moment(phase="backward", label="backward: lm_head matmul",
+                          parts={**base, ACTS: acts_fwd, LOGITS: act.logits_bytes, GRADS: st.grads_head,
+                                 TEMPS: act.head_table_used + T * shape.embed_dim * spec.compute_bytes}))
+    if act.head_table != act.head_table_used:  # tied --trainable-tokens under autocast (estimate/adapter.py)
+        # the end of the lm_head's forward: the merged table beside its compute-dtype copy, the logits, the input
+        out.insert(0, Moment(phase="forward", label="forward: lm_head merged table",
+                             parts={**base, ACTS: blocks + other_saved + act.head, TEMPS: act.head_table_forward}))
+        # after the matmul's backward (its saved copies freed): the gradient cast to the table's dtype beside
+        # the compute-dtype one, and d(x) in the compute dtype
+        out.append(Moment(phase="backward", label="backward: lm_head merged table",
+                          parts={**base, ACTS: acts_fwd - act.head_table_saved, GRADS: st.grads_head,
+                                 TEMPS: act.head_table_used + act.head_table + T * shape.embed_dim
+                                 * spec.compute_bytes}))
     # backward of the last block: the other blocks' saved tensors (or the checkpoints, plus the segment
     # being recomputed) + the block's own backward (saved + gradients at its widest op)
     if act.plain_blocks:

@@ -139,6 +139,8 @@ def skip_reason(action: str, reason: str, facts: Mapping[str, Any]) -> str:
     if reason == "saves_too_little":
         saved = int(facts["saved_bytes"])
         return "saves nothing here" if saved <= 0 else f"saves only {saved / BYTES_PER_MIB:,.1f} MiB here"
+    if reason == "not_modelled":
+        return f"memfit estimate does not model {facts['value']} with {facts['why']}"
     return "does not apply"
 
 

@@ -150,7 +150,8 @@ class LiveTensorTracker(TorchDispatchMode):
         get_head = getattr(model, "get_output_embeddings", None)
         head = get_head() if callable(get_head) else None
         if isinstance(head, torch.nn.Module):
-            weight = getattr(head, "weight", None)
+            # PEFT 0.21.2 TrainableTokensWrapper (tied lm_head): .weight makes a merged (V, h) table; read the Linear
+            weight = getattr(getattr(getattr(head, "token_adapter", None), "base_layer", head), "weight", None)
             if self.vocab is None and isinstance(weight, torch.Tensor) and weight.dim() == 2:
                 self.vocab = int(weight.shape[0])
             self._hooks.append(head.register_forward_pre_hook(functools.partial(_enter_head, weakref.ref(self))))

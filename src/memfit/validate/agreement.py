@@ -23,6 +23,7 @@ from memfit.estimate import lookup
 from memfit.estimate.constants import RULE_OF_THUMB_BYTES
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
+from memfit.validate.rows_cuda import CUDA_ROWS, cuda_spec
 from memfit.validate.rows_dora import DORA_ROWS, PEFT_OPTION_ROWS
 from memfit.validate.rows_offload import OFFLOAD_ROWS
 
@@ -117,7 +118,8 @@ class MatrixRow:
             targets += f" bias {s.bias}"
         if s.trainable_token_indices:
             targets += f" tokens {','.join(map(str, s.trainable_token_indices))}"
-        method = s.method if s.method == "full" else f"{'dora' if s.use_dora else s.method}[{targets}]" + (
+        adapter = s.method if not s.use_dora else ("dora" if s.method == "lora" else f"{s.method}+dora")  # qlora+dora
+        method = s.method if s.method == "full" else f"{adapter}[{targets}]" + (
             " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         if s.checkpointing in ("sqrt", "every-k"):  # segments / one block in k: the depth matters, say it
@@ -266,42 +268,11 @@ FAST_ROWS: tuple[tuple[str, RunSpec], ...] = (
 )
 
 
-def _cuda(**kw: Any) -> RunSpec:
-    return RunSpec(device="cuda", **kw)
-
-
-# Full-size real models measured on a GPU machine (bench/gpu_check.sh): what users run, at their sizes.
-CUDA_ROWS: tuple[tuple[str, RunSpec], ...] = (
-    ("qwen2.5-0.5b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=4, seq=1024)),
-    ("qwen2.5-0.5b", _cuda(method="full", precision="mixed-bf16", attention="sdpa", batch=2, seq=1024)),
-    ("llama-3.2-1b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=4, seq=2048)),
-    ("llama-3.2-1b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=4, seq=2048,
-                           checkpointing="full")),
-    ("llama-3.2-1b", _cuda(method="lora", precision="bf16", attention="eager", batch=2, seq=1024)),
-    ("gemma-2-2b", _cuda(method="lora", precision="bf16", attention="eager", batch=2, seq=1024)),
-    ("gemma-2-2b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=2, seq=1024,
-                         targets=("all-linear",))),
-    ("phi-3-mini", _cuda(method="lora", precision="bf16", attention="sdpa", batch=2, seq=2048)),
-    ("tinyllama-1.1b", _cuda(method="full", precision="bf16", attention="sdpa", batch=2, seq=2048)),
-    ("gpt2", _cuda(method="full", precision="fp32", attention="sdpa", batch=8, seq=1024)),
-    ("pythia-1.4b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=4, seq=2048,
-                          targets=("all-linear",))),
-    ("mistral-7b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=2, seq=2048,
-                         checkpointing="full")),
-    ("qwen3-8b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=1, seq=2048)),
-    ("llama-3.1-8b", _cuda(method="lora", precision="bf16", attention="sdpa", batch=1, seq=4096,
-                           checkpointing="full")),
-    # Adafactor's fp32 copies of the bf16 embedding while it updates it are the peak
-    ("llama-3.2-1b", _cuda(method="full", optimizer="adafactor", precision="bf16", attention="sdpa", batch=1,
-                           seq=256)),
-)
-
-
 def cuda_matrix() -> list[MatrixRow]:
     """Full-size catalogue models (not scaled) for a GPU machine, plus the scaled MoE at CUDA size."""
     rows = [MatrixRow(model=m, config=dict(lookup(m).config), spec=_fit_spec(m, s)) for m, s in CUDA_ROWS]
     rows.append(MatrixRow(model="mixtral-8x7b", config=_scaled("mixtral-8x7b"),
-                          spec=_cuda(method="lora", precision="bf16", batch=4, seq=1024, targets=("all-linear",))))
+                          spec=cuda_spec(method="lora", precision="bf16", batch=4, seq=1024, targets=("all-linear",))))
     return rows
 
 
@@ -329,8 +300,7 @@ def full_matrix() -> list[MatrixRow]:
 
 def layer_kind_matrix() -> list[MatrixRow]:
     """Rows whose MLP kind varies per layer (DeepSeek-V3's dense-first layers, Qwen3-MoE's ``mlp_only_layers``)."""
-    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s))
-            for m, fields, s in LAYER_KIND_ROWS]
+    return _with_fields(LAYER_KIND_ROWS)
 
 
 def offload_matrix(rows: tuple[tuple[str, RunSpec], ...] = OFFLOAD_ROWS) -> list[MatrixRow]:
@@ -345,10 +315,17 @@ def quant_matrix(*, fast: bool = False) -> list[MatrixRow]:
 
     return [MatrixRow(model=m, config=scaled_config(m, 256, 2), spec=_fit_spec(m, s))
             for m, s in (FAST_QUANT_ROWS if fast else QUANT_ROWS)]
+
+
+def _with_fields(rows: Iterable[tuple[str, dict[str, Any], RunSpec]]) -> list[MatrixRow]:
+    """Matrix rows of (model, config fields over its scaled config, spec)."""
+    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in rows]
+
+
 def dora_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] = DORA_ROWS + PEFT_OPTION_ROWS
                 ) -> list[MatrixRow]:
     """The --dora and PEFT option rows (:mod:`memfit.validate.rows_dora`; ``FAST_DORA_ROWS`` for the fast subset)."""
-    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in rows]
+    return _with_fields(rows)
 
 
 def peft_layer_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] | None = None) -> list[MatrixRow]:
@@ -357,16 +334,15 @@ def peft_layer_matrix(rows: tuple[tuple[str, dict[str, Any], RunSpec], ...] | No
     from memfit.validate.rows_moe_peft import MOE_PEFT_ROWS
     from memfit.validate.rows_peft import BIAS_ROWS, LAYER_ROWS, TOKEN_ROWS
 
-    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s))
-            for m, fields, s in (LAYER_ROWS + BIAS_ROWS + TOKEN_ROWS + MOE_PEFT_ROWS if rows is None else rows)]
+    return _with_fields(LAYER_ROWS + BIAS_ROWS + TOKEN_ROWS + MOE_PEFT_ROWS if rows is None else rows)
 
 
 def dropout_matrix() -> list[MatrixRow]:
-    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in DROPOUT_ROWS]
+    return _with_fields(DROPOUT_ROWS)
 
 
 def window_matrix() -> list[MatrixRow]:
-    return [MatrixRow(model=m, config={**_scaled(m), **fields}, spec=_fit_spec(m, s)) for m, fields, s in WINDOW_ROWS]
+    return _with_fields(WINDOW_ROWS)
 
 
 def optimizer_matrix() -> list[MatrixRow]:

@@ -1,7 +1,8 @@
 """Agreement rows with PEFT's per-layer options (issue 14 parts 3, 4 and 6): ``--layers-to-transform`` (PEFT 0.21.2
 ``layers_to_transform`` / ``layers_pattern``: adapters on some decoder layers only) and ``--bias`` (``bias="all"`` /
 ``"lora_only"``: trained biases, and under ``all`` LayerNorms whose output needs grad in layer 0) and
-``--trainable-tokens`` (``trainable_token_indices``: delta rows of the embedding, its merged table's gradient).
+``--trainable-tokens`` (``trainable_token_indices``: delta rows of the embedding, its merged table's gradient; with
+tied embeddings the lm_head's own merged table, saved by its matmul, and that table's dense gradient).
 
 The scaled models get four layers here (``_FOUR``), so that a layer before the first adapted one (its input does
 not require grad: it saves nothing), an adapted one and a frozen one after it (it saves what the input gradient
@@ -60,9 +61,19 @@ TOKEN_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
                                                            trainable_token_indices=(128000, 128001))),
     ("pythia-1.4b", {}, _spec(precision="fp32", attention="sdpa", batch=1, seq=32, checkpointing="full",
                               trainable_token_indices=(7,))),
+    # tied embeddings: PEFT's tied TrainableTokensLayer on the lm_head (estimate/adapter.py). GPT-2 and Llama-3.2 peak
+    # at the lm_head's matmul backward (its merged table saved + the table's dense gradient), the mixed-bf16 rows at
+    # the end of the lm_head's forward (the fp32 merged table beside its bf16 copy and the logits)
+    ("gpt2", {}, _spec(precision="fp32", attention="eager", batch=2, seq=64, trainable_token_indices=(0, 1, 50000))),
+    ("qwen2.5-0.5b", _four("qwen2.5-0.5b", **_V), _spec(precision="mixed-bf16", attention="sdpa", batch=1, seq=64,
+                                                        trainable_token_indices=(5, 7))),
+    ("llama-3.2-1b", {}, _spec(precision="fp32", attention="sdpa", batch=1, seq=32,
+                               trainable_token_indices=(128000,))),
+    ("llama-3.2-1b", {}, _spec(precision="mixed-bf16", attention="sdpa", batch=1, seq=32, checkpointing="full",
+                               trainable_token_indices=(128000, 5))),
 )
 
 # the fast subset for `make test`: the frozen layers before the first adapted one, and a frozen one after
 FAST_LAYER_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (LAYER_ROWS[0], LAYER_ROWS[1])
 FAST_BIAS_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (BIAS_ROWS[2],)
-FAST_TOKEN_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (TOKEN_ROWS[2],)
+FAST_TOKEN_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (TOKEN_ROWS[2], TOKEN_ROWS[4])

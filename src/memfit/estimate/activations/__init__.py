@@ -70,6 +70,13 @@ class ActivationBytes:
     leaf_input: int = 0  # --offload: block 0's input when it is a leaf the graph keeps on the device (else 0)
     forward_saved: int = 0  # a typical block's widest forward transient (DoRA's weight norm): its bytes saved by then
     forward_temps: int = 0  # ... and the temporaries alive at that moment (0: none recorded)
+    # --trainable-tokens on a tied lm_head (estimate/adapter.py, activations/head.py Head): the merged (V, h) table in
+    # the weight's dtype, the table F.linear saw (its autocast copy, else itself), what that matmul saved, and the
+    # temporaries at the end of the lm_head's forward (Head.table_forward)
+    head_table: int = 0
+    head_table_used: int = 0
+    head_table_saved: int = 0
+    head_table_forward: int = 0
 
     @property
     def layers(self) -> int:
@@ -302,6 +309,8 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         layers_extra=blocks.layers_extra, offloaded=ck.host_bytes,
         leaf_input=layer_input if (leaf and spec.offload and ck.segment) else 0,
         forward_saved=blocks.forward[0], forward_temps=blocks.forward[1],
+        head_table=head.table, head_table_used=head.table_used, head_table_saved=head.table_saved,
+        head_table_forward=head.table_forward,
     )
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from memfit.estimate.activations import ops
 from memfit.estimate.activations.ops import Replay
 from memfit.estimate.activations.tape import SymTensor
+from memfit.estimate.adapter import tied_token_head, trainable_tokens
 from memfit.estimate.constants import FP32_BYTES, INT64_BYTES
 from memfit.estimate.lora import saved_modules
 
@@ -34,6 +35,15 @@ class Head:
     loss: int
     logits_bytes: int
     loss_workspace: int
+    # --trainable-tokens on a tied lm_head (estimate/adapter.py): its merged (V, h) table in the weight's dtype, the
+    # table as F.linear sees it (its autocast copy, else itself: the size of its dense gradient), and what the
+    # lm_head's matmul saved (the table or its copy, and x's copy) that its backward frees; and at the end of that
+    # forward, what is alive beside the saved tensors: the merged table (a local of PEFT's forward_adapters until it
+    # returns) when F.linear saw a copy, the logits and the head's input when nothing saved it; 0 otherwise
+    table: int = 0
+    table_used: int = 0
+    table_saved: int = 0
+    table_forward: int = 0
 
 
 def chunk_rows(tokens: int, vocab: int, width: int) -> int:
@@ -63,7 +73,20 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
         saved = sum(s.nbytes for s in t.saved_since(mark).values())
         loss = T * width * xf.itemsize + (V * width * lm_itemsize if head_trained else 0) + T * INT64_BYTES
         return Head(saved=saved, loss=loss, logits_bytes=0, loss_workspace=chunk_rows(T, V, width) * V * FP32_BYTES)
-    logits = t.linear(xf, t.weight((V, width), lm_itemsize, head_trained), V, "head")  # (b, s, V)
+    table = table_used = table_saved = table_forward = 0
+    if tied_token_head(m, spec):  # PEFT 0.21.2's tied TrainableTokensLayer: F.linear(x, weight.index_copy(...))
+        t.save(t.new((trainable_tokens(m, spec),), INT64_BYTES, False), "head")  # index_copy's int64 index
+        # not a parameter: F.linear saves it. FSDP2's MixedPrecisionPolicy gathers the weight and the delta in the
+        # compute dtype, so the table is built in it
+        merged = t.new((V, width), t.compute_itemsize if t.params_in_compute else lm_itemsize, True)
+        w = t.cast(merged, t.compute_itemsize) if t.autocast else merged  # the merged fp32 table freed after it
+        before = t.saved_total
+        logits = t.linear(xf, w, V, "head")
+        table, table_used, table_saved = merged.nbytes, w.nbytes, t.saved_total - before
+        table_forward = logits.nbytes + (0 if xf.storage in t.saved else xf.nbytes) + (
+            merged.nbytes if w is not merged else 0)
+    else:
+        logits = t.linear(xf, t.weight((V, width), lm_itemsize, head_trained), V, "head")  # (b, s, V)
     if m.final_softcap:
         logits = t.new(logits.shape, logits.itemsize, logits.requires_grad)  # / cap
         logits = t.unary_saving_output(logits, "head")  # tanh
@@ -73,4 +96,6 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
     saved = sum(s.nbytes for s in t.saved_since(mark).values())
     # logits.float(); cross_entropy = log_softmax (saves its output) + nll_loss (saves the labels); the mean
     loss = T * V * FP32_BYTES + T * INT64_BYTES + FP32_BYTES
-    return Head(saved=saved, loss=loss, logits_bytes=T * V * logits.itemsize, loss_workspace=T * V * FP32_BYTES)
+    return Head(saved=saved, loss=loss, logits_bytes=T * V * logits.itemsize, loss_workspace=T * V * FP32_BYTES,
+                table=table, table_used=table_used, table_saved=table_saved,
+                table_forward=table_forward)
