@@ -42,7 +42,7 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["HostCopies", "apply_offload", "counting_host", "offloaded_checkpoint"]
+__all__ = ["HostCopies", "active_host", "apply_offload", "counting_host", "offloaded_checkpoint"]
 
 _ACTIVE: list[HostCopies] = []  # the HostCopies the current step counts into (innermost last)
 
@@ -60,10 +60,14 @@ class HostCopies:
         self._seen: dict[int, int] = {}
 
     def claims(self, storage: Any) -> bool:
-        """True for a storage made while packing (it lives on the host): counted here, not on the device."""
+        """True for a storage made while packing (it lives on the host): counted here, not on the device; and for
+        such a storage seen again later (a view of it an unpack returns: ``as_strided`` in
+        :mod:`memfit.runtime.act_offload`)."""
+        key = id(storage)
+        if key in self._seen:
+            return True
         if not self._packing:
             return False
-        key = id(storage)
         if key not in self._seen:
             nbytes = int(storage.nbytes())
             self._seen[key] = nbytes
@@ -92,6 +96,11 @@ def counting_host(host: HostCopies) -> Iterator[HostCopies]:
         yield host
     finally:
         _ACTIVE.remove(host)
+
+
+def active_host() -> HostCopies | None:
+    """The HostCopies the current step counts into (:func:`counting_host`), or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
 
 
 class _HostSaveOnCpu(saved_tensors_hooks):

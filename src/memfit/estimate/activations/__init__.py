@@ -70,6 +70,8 @@ class ActivationBytes:
     leaf_input: int = 0  # --offload: block 0's input when it is a leaf the graph keeps on the device (else 0)
     forward_saved: int = 0  # a typical block's widest forward transient (DoRA's weight norm): its bytes saved by then
     forward_temps: int = 0  # ... and the temporaries alive at that moment (0: none recorded)
+    loss_offloaded: int = 0  # --offload-activations: the loss's saved tensors, in host memory (not in ``loss``)
+    hidden_live: int = 0  # --offload-activations: the final hidden states alive while the loss runs (head.py)
 
     @property
     def layers(self) -> int:
@@ -128,6 +130,7 @@ class _Blocks:
     layers_extra: int = 0
     held_per: int = 0  # bytes of a typical block's storages held by an autograd ctx (Tape.held)
     forward: tuple[int, int] = (0, 0)  # the typical block's widest forward transient (Tape.forward_peak)
+    host: int = 0  # --offload-activations without checkpointing: every layer's host copies (Tape.host_total)
 
 
 def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
@@ -182,8 +185,9 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     adapted = adapted_layers(m, rp.spec) if rp.spec.is_adapter else (True,) * m.n_layers
     kinds = [(m.layer_shape(i), masked[i], adapted[i]) for i in range(m.n_layers)]
     rope_storages = {r.storage for r in rope} if rope is not None else set()
-    mark = t.mark()
+    mark, h0 = t.mark(), t.host_total
     x1 = block_forward(_layer_replay(rp, kinds[0]), x, rope)
+    h1 = t.host_total
     first_saved, backward_first = t.saved_since(mark), t.backward_peak(mark)
     shared = rope_storages & first_saved.keys()
     first = _by_component(first_saved, shared)
@@ -191,14 +195,19 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
         input_saved = first_saved[x.storage].nbytes if x.storage in first_saved else 0
         return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
-                       first_out=x1, last=x1, forward=t.forward_peak(mark))
+                       first_out=x1, last=x1, forward=t.forward_peak(mark), host=h1 - h0)
     if not all(adapted):
+        if t.offload_min:
+            raise MemfitError("the estimate does not model --offload-activations with --layers-to-transform: "
+                              "run `memfit trace` or `memfit measure`, or drop one of them")
         return _replay_layer_by_layer(rp, kinds, x1, rope, first=first, backward_first=backward_first,
                                       shared=shared, rope_storages=rope_storages)
     typical = (kinds[-1][0], masked[1], True)
     mark = t.mark()
     x2 = block_forward(_layer_replay(rp, typical), x1, rope)
     per_saved, backward_per, forward = t.saved_since(mark), t.backward_peak(mark), t.forward_peak(mark)
+    host_per = t.host_total - h1
+    host = h1 - h0 + (m.n_layers - 1) * host_per
     shared = shared or (rope_storages & per_saved.keys())
     per = _by_component(per_saved, shared)
     others: dict[Kind, int] = {}
@@ -207,14 +216,15 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
             others[kind] = others.get(kind, 0) + 1
     extra = 0
     for kind, count in others.items():
-        mark = t.mark()
+        mark, h = t.mark(), t.host_total
         x2 = block_forward(_layer_replay(rp, kind), x2, rope)
         other = sum(_by_component(t.saved_since(mark), shared).values())
         extra += count * (other - sum(per.values()))
+        host += count * (t.host_total - h - host_per)
     return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
                    backward_first=backward_first, backward_per=backward_per,
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
-                   first_out=x1, last=x2, layers_extra=extra, forward=forward,
+                   first_out=x1, last=x2, layers_extra=extra, forward=forward, host=host,
                    held_per=sum(t.held.get(s, 0) for s in per_saved if s != x1.storage))
 
 
@@ -267,6 +277,18 @@ def _check_run(rp: Replay) -> None:
                           "--lora-dropout 0, or name the attention projections in --targets (e.g. q_proj,v_proj)")
 
 
+def _check_offload_activations(spec: RunSpec) -> None:
+    """Refuse the --offload-activations runs the estimate does not model (trace and measure run them)."""
+    if not spec.offload_activations:
+        return
+    if spec.checkpointing == "every-k":
+        raise MemfitError("the estimate does not model --offload-activations with --checkpointing every-k: run "
+                          "`memfit trace` or `memfit measure`, or use --checkpointing full or none")
+    if spec.loss != "standard":
+        raise MemfitError(f"the estimate does not model --offload-activations with --loss {spec.loss}: run "
+                          "`memfit trace` or `memfit measure`, or use --loss standard")
+
+
 def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     """Saved-for-backward bytes of one forward of ``shape`` under ``spec``; see the module docstring."""
     shape.arch.check_attention(spec.attention)
@@ -275,12 +297,20 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
                           f"exceeds them: use --seq {shape.max_positions} or less")
     rp = Replay.start(shape, spec)
     _check_run(rp)
+    _check_offload_activations(spec)
     x = embed(rp)
     embedding = rp.tape.saved_total
+    host_outside = rp.tape.host_total  # --offload-activations: the embedding's saved ids, later the head and loss
+    ckpt = spec.checkpointing != "none"
+    offload_min = rp.tape.offload_min
+    if ckpt:  # the blocks save under checkpoint's own hooks (innermost): recomputed, not offloaded
+        rp.tape.offload_min = 0
     blocks = _replay_blocks(rp, x, rotary_tables(rp))
+    rp.tape.offload_min, before_head = offload_min, rp.tape.host_total
     # one cos/sin pair per attention type (Gemma 3), each saved by the layers of its type like the first
     shared = blocks.shared * (len(set(shape.layer_types)) if shape.layout.rope_per_layer_type else 1)
     head = head_and_loss(rp, blocks.last)
+    host_outside += rp.tape.host_total - before_head
     layer_input = spec.batch * spec.seq * shape.hidden * blocks.first_out.itemsize
     lay = shape.layout
     # block 0's input is the embedding lookup itself (nothing applied after it) and a leaf: a frozen table,
@@ -300,8 +330,9 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         n_layers=shape.n_layers, segment=ck.segment, layer_input=layer_input, logits_bytes=head.logits_bytes,
         loss_workspace=head.loss_workspace, backward_first=max(first, blocks.backward_first),
         backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,
-        layers_extra=blocks.layers_extra, offloaded=ck.host_bytes,
-        leaf_input=layer_input if (leaf and spec.offload and ck.segment) else 0,
+        layers_extra=blocks.layers_extra, offloaded=ck.host_bytes + (host_outside + blocks.host if offload_min else 0),
+        leaf_input=layer_input if (leaf and (spec.offload or spec.offload_activations) and ck.segment) else 0,
+        loss_offloaded=head.loss_offloaded, hidden_live=head.hidden_live,
         forward_saved=blocks.forward[0], forward_temps=blocks.forward[1],
     )
 
