@@ -37,6 +37,7 @@ from memfit.validate.agreement import (  # noqa: E402
     run_row,
     summarise,
 )
+from memfit.validate.rows_act_offload import act_offload_matrix  # noqa: E402
 from memfit.validate.rows_checkpointing import checkpointing_matrix  # noqa: E402
 
 FULL_SIZE = (
@@ -220,6 +221,8 @@ def main() -> int:
     ap.add_argument("--models", help="only these catalogue models (comma-separated), e.g. mixtral-8x7b")
     ap.add_argument("--checkpointing-rows", action="store_true",
                     help="only the sqrt / every-k rows (memfit.validate.rows_checkpointing); prints, writes nothing")
+    ap.add_argument("--act-offload-rows", action="store_true",
+                    help="only the --offload-activations rows (TRL's activation_offloading; rows_act_offload.py)")
     ap.add_argument("--quant", action="store_true", help="only the bitsandbytes / AdamW-kernel rows (issue 14, "
                     "memfit.validate.rows_quant); prints, never writes")
     ap.add_argument("--cuda-measure", metavar="OUT_JSON",
@@ -231,11 +234,14 @@ def main() -> int:
         return cuda_measure(args.cuda_measure)
     if args.cuda_results:
         return cuda_results(args.cuda_results, write=not args.no_write)
-    rows = fast_matrix() if args.fast else (quant_matrix() if args.quant else full_matrix() + checkpointing_matrix())
+    rows = fast_matrix() if args.fast else (quant_matrix() if args.quant else full_matrix() + checkpointing_matrix()
+                                                                + act_offload_matrix())
     if args.checkpointing_rows:
         rows, args.no_write, args.no_full_size = checkpointing_matrix(), True, True
     if args.quant:
         args.no_write = args.no_full_size = True
+    if args.act_offload_rows:
+        rows, args.no_write, args.no_full_size = act_offload_matrix(), True, True
     if args.models:
         keep = {m.strip() for m in args.models.split(",")}
         rows = [r for r in rows if r.model in keep]
@@ -253,7 +259,8 @@ def main() -> int:
         print(f"{row.label:70s} measured {r.measured_bytes:>13,} est {r.estimate_error:+.2%} trace {tr} "
               f"({r.seconds:.0f} s)", flush=True)
     seconds = time.perf_counter() - t0
-    consts = [] if (args.fast or args.models or args.checkpointing_rows or args.quant) else activation_constants(rows)
+    only = args.fast or args.models or args.checkpointing_rows or args.quant or args.act_offload_rows
+    consts = [] if only else activation_constants(rows)
     full = []
     if not (args.fast or args.no_full_size):
         from memfit.trace.engine import trace_step

@@ -23,11 +23,11 @@ pinning only where an accelerator exists, and marks the packed storages as host 
 counts them, so ``measure`` and ``trace`` report the device and the host apart. In a CUDA trace (CPU fake
 tensors) unpack makes the device copy CUDA's ``.to("cuda")`` would make.
 
-Offloading without checkpointing is not modelled: transformers' ``offload=True`` only exists with checkpointing,
-but TRL's ``activation_offloading=True`` and torchtune's ``enable_activation_offloading`` wrap the whole forward in
-their own saved-tensor hooks (``OffloadActivations``: every saved tensor above a size threshold goes to the host,
-with or without checkpointing). That is another rule (which tensors, streams, the last layer kept) and
-``--offload`` with ``--checkpointing none`` stays refused until it is modelled and measured.
+transformers' ``offload=True`` only exists with checkpointing, so ``--offload`` with ``--checkpointing none`` is
+refused. TRL's ``activation_offloading=True`` wraps the whole step in its own saved-tensor hooks
+(``OffloadActivations``: every saved tensor above a size threshold goes to the host, with or without
+checkpointing): that is ``--offload-activations`` (:mod:`memfit.runtime.act_offload`), booked in the same
+:class:`HostCopies`.
 """
 
 from __future__ import annotations
