@@ -1,7 +1,8 @@
 """The --offload-activations agreement rows' fast subset (TRL's activation_offloading, issue 14 part 5), measured on
 this CPU: estimate within 2% and trace within 1% of the measured device peak, the same host bytes in all three.
 
-The host bytes of the hand-worked case (tests/estimate/test_act_offload_estimate.py: 610,304 B) measured for real too."""
+The host bytes of the hand-worked case (tests/estimate/test_act_offload_estimate.py: 610,304 B) measured for real
+too."""
 
 from __future__ import annotations
 

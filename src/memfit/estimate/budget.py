@@ -269,7 +269,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     out = [
         # forward, at the loss: logits in the compute dtype + fp32 copy + log-softmax output
         Moment(phase="forward", label="forward: loss",
-               parts={**base, ACTS: acts_fwd + act.hidden_live, LOGITS: upcast + act.loss + act.loss_offloaded}),
+               parts={**base, ACTS: acts_fwd + act.hidden_live + act.forward_cached,
+                      LOGITS: upcast + act.loss + act.loss_offloaded}),
         # backward at the loss: log-softmax output + its gradient + the gradient of the logits (fp32)
         Moment(phase="backward", label="backward: loss",
                parts={**base, ACTS: acts_fwd, LOGITS: act.loss + loss_back + 2 * Vf}),

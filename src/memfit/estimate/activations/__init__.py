@@ -72,6 +72,7 @@ class ActivationBytes:
     forward_temps: int = 0  # ... and the temporaries alive at that moment (0: none recorded)
     loss_offloaded: int = 0  # --offload-activations: the loss's saved tensors, in host memory (not in ``loss``)
     hidden_live: int = 0  # --offload-activations: the final hidden states alive while the loss runs (head.py)
+    forward_cached: int = 0  # --offload-activations, autocast: trainable weights' cached casts, to the forward's end
 
     @property
     def layers(self) -> int:
@@ -131,6 +132,7 @@ class _Blocks:
     held_per: int = 0  # bytes of a typical block's storages held by an autograd ctx (Tape.held)
     forward: tuple[int, int] = (0, 0)  # the typical block's widest forward transient (Tape.forward_peak)
     host: int = 0  # --offload-activations without checkpointing: every layer's host copies (Tape.host_total)
+    cached: int = 0  # ... and every layer's autocast-cached weight casts (Tape.cached_total)
 
 
 def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
@@ -185,9 +187,9 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     adapted = adapted_layers(m, rp.spec) if rp.spec.is_adapter else (True,) * m.n_layers
     kinds = [(m.layer_shape(i), masked[i], adapted[i]) for i in range(m.n_layers)]
     rope_storages = {r.storage for r in rope} if rope is not None else set()
-    mark, h0 = t.mark(), t.host_total
+    mark, h0, c0 = t.mark(), t.host_total, t.cached_total
     x1 = block_forward(_layer_replay(rp, kinds[0]), x, rope)
-    h1 = t.host_total
+    h1, c1 = t.host_total, t.cached_total
     first_saved, backward_first = t.saved_since(mark), t.backward_peak(mark)
     shared = rope_storages & first_saved.keys()
     first = _by_component(first_saved, shared)
@@ -195,7 +197,7 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
         input_saved = first_saved[x.storage].nbytes if x.storage in first_saved else 0
         return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
-                       first_out=x1, last=x1, forward=t.forward_peak(mark), host=h1 - h0)
+                       first_out=x1, last=x1, forward=t.forward_peak(mark), host=h1 - h0, cached=c1 - c0)
     if not all(adapted):
         if t.offload_min:
             raise MemfitError("the estimate does not model --offload-activations with --layers-to-transform: "
@@ -206,8 +208,9 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     mark = t.mark()
     x2 = block_forward(_layer_replay(rp, typical), x1, rope)
     per_saved, backward_per, forward = t.saved_since(mark), t.backward_peak(mark), t.forward_peak(mark)
-    host_per = t.host_total - h1
+    host_per, cached_per = t.host_total - h1, t.cached_total - c1
     host = h1 - h0 + (m.n_layers - 1) * host_per
+    cached = c1 - c0 + (m.n_layers - 1) * cached_per
     shared = shared or (rope_storages & per_saved.keys())
     per = _by_component(per_saved, shared)
     others: dict[Kind, int] = {}
@@ -216,15 +219,16 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
             others[kind] = others.get(kind, 0) + 1
     extra = 0
     for kind, count in others.items():
-        mark, h = t.mark(), t.host_total
+        mark, h, c = t.mark(), t.host_total, t.cached_total
         x2 = block_forward(_layer_replay(rp, kind), x2, rope)
         other = sum(_by_component(t.saved_since(mark), shared).values())
         extra += count * (other - sum(per.values()))
         host += count * (t.host_total - h - host_per)
+        cached += count * (t.cached_total - c - cached_per)
     return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
                    backward_first=backward_first, backward_per=backward_per,
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
-                   first_out=x1, last=x2, layers_extra=extra, forward=forward, host=host,
+                   first_out=x1, last=x2, layers_extra=extra, forward=forward, host=host, cached=cached,
                    held_per=sum(t.held.get(s, 0) for s in per_saved if s != x1.storage))
 
 
@@ -302,15 +306,18 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     embedding = rp.tape.saved_total
     host_outside = rp.tape.host_total  # --offload-activations: the embedding's saved ids, later the head and loss
     ckpt = spec.checkpointing != "none"
-    offload_min = rp.tape.offload_min
+    offload_min, cached_before = rp.tape.offload_min, rp.tape.cached_total
     if ckpt:  # the blocks save under checkpoint's own hooks (innermost): recomputed, not offloaded
         rp.tape.offload_min = 0
     blocks = _replay_blocks(rp, x, rotary_tables(rp))
     rp.tape.offload_min, before_head = offload_min, rp.tape.host_total
+    cached_blocks = rp.tape.cached_total - cached_before
     # one cos/sin pair per attention type (Gemma 3), each saved by the layers of its type like the first
     shared = blocks.shared * (len(set(shape.layer_types)) if shape.layout.rope_per_layer_type else 1)
     head = head_and_loss(rp, blocks.last)
     host_outside += rp.tape.host_total - before_head
+    # autocast's cached casts of the trainable weights, on the device to the end of the forward (--offload-activations)
+    cached = rp.tape.cached_total - cached_blocks + blocks.cached
     layer_input = spec.batch * spec.seq * shape.hidden * blocks.first_out.itemsize
     lay = shape.layout
     # block 0's input is the embedding lookup itself (nothing applied after it) and a leaf: a frozen table,
@@ -332,7 +339,7 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,
         layers_extra=blocks.layers_extra, offloaded=ck.host_bytes + (host_outside + blocks.host if offload_min else 0),
         leaf_input=layer_input if (leaf and (spec.offload or spec.offload_activations) and ck.segment) else 0,
-        loss_offloaded=head.loss_offloaded, hidden_live=head.hidden_live,
+        loss_offloaded=head.loss_offloaded, hidden_live=head.hidden_live, forward_cached=cached,
         forward_saved=blocks.forward[0], forward_temps=blocks.forward[1],
     )
 

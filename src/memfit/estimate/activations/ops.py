@@ -55,7 +55,8 @@ class Replay:
         fsdp_mp = spec.precision == "mixed-bf16" and spec.sharding in ("zero2", "zero3", "fsdp", "hsdp")  # bf16 gathers
         tape = Tape(compute_itemsize=spec.compute_bytes, autocast=spec.is_mixed, params_in_compute=fsdp_mp,
                     offload_min=TRL_MIN_OFFLOAD_BYTES if spec.offload_activations else 0,
-                    offload_copy_back=spec.offload_activations and spec.device == "cuda")
+                    offload_copy_back=spec.offload_activations and spec.device == "cuda",
+                    cache_casts=spec.offload_activations)
         return cls(tape, model, spec, frozenset(lin.path for lin in adapted_linears(model, spec)))
 
     @property

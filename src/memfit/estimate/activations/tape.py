@@ -109,6 +109,8 @@ class Tape:
     offload_paused: bool = False
     offload_copy_back: bool = False
     host_total: int = 0
+    cached_total: int = 0  # --offload-activations under autocast: trainable weights' cached casts (:meth:`weight`)
+    cache_casts: bool = False  # count them (--offload-activations: nothing else holds them on the device)
     _unpacked: int = field(default=0, init=False, repr=False)
     _params: set[int] = field(default_factory=set, init=False, repr=False)
     _next: int = field(default=0, init=False, repr=False)
@@ -133,6 +135,9 @@ class Tape:
         if self.params_in_compute:
             return self.param(shape, self.compute_itemsize, requires_grad)
         if self.autocast and itemsize != self.compute_itemsize:
+            if requires_grad and self.cache_casts and not self.offload_paused:
+                # autocast caches a trainable leaf's cast to the end of the forward: offloaded, it stays there too
+                self.cached_total += prod(shape) * self.compute_itemsize
             return self.new(shape, self.compute_itemsize, requires_grad)
         return self.param(shape, itemsize, requires_grad)
 
