@@ -28,7 +28,7 @@ from memfit.estimate.activations.head import head_and_loss
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import Saved, SymTensor
 from memfit.estimate.adapter import adapted_layers
-from memfit.estimate.constants import RULE_OF_THUMB_BYTES
+from memfit.estimate.constants import RULE_OF_THUMB_BYTES, TRL_MIN_OFFLOAD_BYTES
 from memfit.estimate.lora import adapted_linears, block_linears
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
@@ -300,6 +300,9 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         raise MemfitError(f"{shape.name} has {shape.max_positions:,} learned positions; --seq {spec.seq:,} "
                           f"exceeds them: use --seq {shape.max_positions} or less")
     rp = Replay.start(shape, spec)
+    if spec.offload_activations:  # TRL's OffloadActivations (Tape.save, Tape.weight)
+        rp.tape.offload_min, rp.tape.cache_casts = TRL_MIN_OFFLOAD_BYTES, True
+        rp.tape.offload_copy_back = spec.device == "cuda"
     _check_run(rp)
     _check_offload_activations(spec)
     x = embed(rp)

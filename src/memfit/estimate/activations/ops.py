@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from memfit.estimate.activations.tape import SymTensor, Tape
 from memfit.estimate.adapter import trains_bias
 from memfit.estimate.block_parts import Linear
-from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES, INT64_BYTES, TRL_MIN_OFFLOAD_BYTES
+from memfit.estimate.constants import BOOL_BYTES, FP32_BYTES, INT64_BYTES
 from memfit.estimate.lora import adapted_linears, lora_rank, rank_of
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
@@ -53,10 +53,7 @@ class Replay:
     @classmethod
     def start(cls, model: ModelShape, spec: RunSpec) -> Replay:
         fsdp_mp = spec.precision == "mixed-bf16" and spec.sharding in ("zero2", "zero3", "fsdp", "hsdp")  # bf16 gathers
-        tape = Tape(compute_itemsize=spec.compute_bytes, autocast=spec.is_mixed, params_in_compute=fsdp_mp,
-                    offload_min=TRL_MIN_OFFLOAD_BYTES if spec.offload_activations else 0,
-                    offload_copy_back=spec.offload_activations and spec.device == "cuda",
-                    cache_casts=spec.offload_activations)
+        tape = Tape(compute_itemsize=spec.compute_bytes, autocast=spec.is_mixed, params_in_compute=fsdp_mp)
         return cls(tape, model, spec, frozenset(lin.path for lin in adapted_linears(model, spec)))
 
     @property
@@ -220,12 +217,10 @@ def rmsnorm(rp: Replay, x: SymTensor, component: str) -> SymTensor:
     t, n = rp.tape, x.shape[-1]
     x32 = t.cast(x, FP32_BYTES)
     if x32.requires_grad:  # by pow(2) and by x32 * rstd: one storage, two saves (two host copies offloaded)
-        t.save(x32, component)
-        t.save(x32, component)
+        t.save(x32, component, times=2)
     rstd = t.new(x.shape[:-1] + (1,), FP32_BYTES, x.requires_grad)
     if x.requires_grad:  # by rsqrt (its output) and by x32 * rstd
-        t.save(rstd, component)
-        t.save(rstd, component)
+        t.save(rstd, component, times=2)
     y32 = t.new(x.shape, FP32_BYTES, x.requires_grad)
     rule = rp.model.layout.norm_weight
     if rule == "one_plus_before_cast":

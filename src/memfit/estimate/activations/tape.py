@@ -142,13 +142,14 @@ class Tape:
         return self.param(shape, itemsize, requires_grad)
 
     # ---- bookkeeping ---------------------------------------------------------------------
-    def save(self, t: SymTensor, component: str) -> None:
-        """Keep ``t``'s storage for the backward (once; parameters never); offloaded: a host copy per save."""
+    def save(self, t: SymTensor, component: str, *, times: int = 1) -> None:
+        """Keep ``t``'s storage for the backward (once; parameters never); offloaded: a host copy per save (``times``
+        saves by as many ops)."""
         if t.storage in self._params:
             return
         if self.offload_min and not self.offload_paused and t.nbytes >= self.offload_min:
-            self.host_total += t.nbytes
-            self._unpacked += t.nbytes
+            self.host_total += times * t.nbytes
+            self._unpacked += times * t.nbytes
             return
         if t.storage in self.saved:
             return
