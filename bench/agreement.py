@@ -38,6 +38,7 @@ from memfit.validate.agreement import (  # noqa: E402
     run_row,
     summarise,
 )
+from memfit.validate.rows_act_offload import act_offload_matrix  # noqa: E402
 from memfit.validate.rows_checkpointing import checkpointing_matrix  # noqa: E402
 
 FULL_SIZE = (
@@ -221,6 +222,8 @@ def main() -> int:
     ap.add_argument("--models", help="only these catalogue models (comma-separated), e.g. mixtral-8x7b")
     ap.add_argument("--checkpointing-rows", action="store_true",
                     help="only the sqrt / every-k rows (memfit.validate.rows_checkpointing); prints, writes nothing")
+    ap.add_argument("--act-offload-rows", action="store_true",
+                    help="only the --offload-activations rows (TRL's activation_offloading; rows_act_offload.py)")
     ap.add_argument("--quant", action="store_true", help="only the bitsandbytes / AdamW-kernel rows (issue 14, "
                     "memfit.validate.rows_quant); prints, never writes")
     ap.add_argument("--moe-peft", action="store_true", help="only the --bias / --layers-to-transform rows on MoE "
@@ -237,7 +240,8 @@ def main() -> int:
         return cuda_measure(args.cuda_measure)
     if args.cuda_results:
         return cuda_results(args.cuda_results, write=not args.no_write)
-    rows = fast_matrix() if args.fast else (quant_matrix() if args.quant else full_matrix() + checkpointing_matrix())
+    rows = fast_matrix() if args.fast else (quant_matrix() if args.quant else full_matrix() + checkpointing_matrix()
+                                                                + act_offload_matrix())
     if args.checkpointing_rows:
         rows, args.no_write, args.no_full_size = checkpointing_matrix(), True, True
     if args.quant:
@@ -252,6 +256,8 @@ def main() -> int:
         kinds = {"layers": rows_peft.LAYER_ROWS, "bias": rows_peft.BIAS_ROWS, "tokens": rows_peft.TOKEN_ROWS}
         rows = peft_layer_matrix(None if args.peft_rows == "all" else kinds[args.peft_rows])
         args.no_write = args.no_full_size = True
+    if args.act_offload_rows:
+        rows, args.no_write, args.no_full_size = act_offload_matrix(), True, True
     if args.models:
         keep = {m.strip() for m in args.models.split(",")}
         rows = [r for r in rows if r.model in keep]
@@ -269,7 +275,8 @@ def main() -> int:
         print(f"{row.label:70s} measured {r.measured_bytes:>13,} est {r.estimate_error:+.2%} trace {tr} "
               f"({r.seconds:.0f} s)", flush=True)
     seconds = time.perf_counter() - t0
-    narrow = args.fast or args.models or args.checkpointing_rows or args.quant or args.moe_peft or args.peft_rows
+    narrow = (args.fast or args.models or args.checkpointing_rows or args.quant or args.moe_peft or args.peft_rows
+              or args.act_offload_rows)
     consts = [] if narrow else activation_constants(rows)
     full = []
     if not (args.fast or args.no_full_size):

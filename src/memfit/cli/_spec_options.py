@@ -111,6 +111,10 @@ SPEC_OPTIONS: dict[str, tuple[Any, Any]] = {
     "adamw_impl": (str, typer.Option("--adamw-impl", help="fused (the Trainer's default adamw_torch_fused) | "
                                      "foreach (adamw_torch on CUDA) | forloop: torch AdamW's kernel, and so its "
                                      "step's temporaries")),
+    "offload_activations": (bool, typer.Option(
+        "--offload-activations/--no-offload-activations",
+        help="TRL's activation_offloading (OffloadActivations): every saved tensor of >= 1024 B but lm_head's and the "
+             "parameters to CPU memory, with or without checkpointing (--offload: only the checkpoints)")),
     "alloc_conf": (str, typer.Option("--alloc-conf", help="the run's PYTORCH_CUDA_ALLOC_CONF, e.g. "
                                      "expandable_segments:True or max_split_size_mb:256: the CUDA caching "
                                      "allocator replay behind the reserved figure honours it")),

@@ -110,7 +110,8 @@ def trace_command(
     if line:
         console.print(line)
     if result.host_bytes:
-        console.print(f"host memory (--offload checkpoints, not in the peak): {result.host_bytes:,} B "
+        what = "--offload-activations saved tensors" if result.spec.offload_activations else "--offload checkpoints"
+        console.print(f"host memory ({what}, not in the peak): {result.host_bytes:,} B "
                       f"({result.host_bytes / 1024**3:.3f} GiB)", highlight=False)
     if result.allocator is not None and result.allocator.get("message"):
         console.print(str(result.allocator["message"]), highlight=False)

@@ -139,7 +139,7 @@ def _sft_fields(r: Reader) -> None:
         r.ignore("padding_free", "one row of the batch's examples: at most batch x max_length tokens, the "
                                  "same worst case memfit takes")
     if r.get("activation_offloading"):
-        r.set("offload", True, "activation_offloading",
-              note="TRL's OffloadActivations moves saved tensors to the CPU; memfit offloads the checkpoints")
+        r.set("offload_activations", True, "activation_offloading",
+              note="TRL's OffloadActivations: every saved tensor of >= 1024 B but lm_head's to the CPU")
     else:
         r.ignore("activation_offloading", "off")

@@ -148,6 +148,8 @@ def _trainer(doc: Document, name: str, new: Any, after: Mapping[str, Any], impor
         return [(("attn_implementation",), {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}[new])]
     if trl and name == "offload" and new:
         return [(("activation_offloading",), True)]
+    if trl and name == "offload_activations":
+        return [(("activation_offloading",), bool(new))]
     raise NotWritable("")
 
 

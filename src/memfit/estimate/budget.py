@@ -255,7 +255,11 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     other_saved = act.shared + act.embedding
     seg = act.segment
     n = shape.n_layers
-    host_copy_back = spec.offload and spec.device == "cuda"  # unpack copies the checkpoint back to the device
+    offload = spec.offload or spec.offload_activations  # with checkpointing: the checkpoints on the host
+    host_copy_back = offload and spec.device == "cuda"  # unpack copies the checkpoint back to the device
+    # --offload-activations: the loss's log-probabilities are on the device while the loss runs, then on the host;
+    # its backward reads them back (CUDA: a device copy; a CPU run reads the host copy itself)
+    loss_back = act.loss_offloaded if host_copy_back else 0
     resid_grad = T * shape.hidden * (4 if spec.is_quantised else spec.weight_bytes)
     G = st.gradients
     g_head = st.grads_head + st.grads_other
@@ -266,9 +270,11 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     out = [
         # forward, at the loss: logits in the compute dtype + fp32 copy + log-softmax output
         Moment(phase="forward", label="forward: loss",
-               parts={**base, ACTS: acts_fwd, LOGITS: upcast + act.loss}),
+               parts={**base, ACTS: acts_fwd + act.hidden_live + act.forward_cached,
+                      LOGITS: upcast + act.loss + act.loss_offloaded}),
         # backward at the loss: log-softmax output + its gradient + the gradient of the logits (fp32)
-        Moment(phase="backward", label="backward: loss", parts={**base, ACTS: acts_fwd, LOGITS: act.loss + 2 * Vf}),
+        Moment(phase="backward", label="backward: loss",
+               parts={**base, ACTS: acts_fwd, LOGITS: act.loss + loss_back + 2 * Vf}),
         # backward through lm_head: the logits' gradient and the weight's (_lm_head_backward)
         Moment(phase="backward", label="backward: lm_head",
                parts={**base, ACTS: acts_fwd, **_lm_head_backward(spec, st, act)}),
@@ -318,8 +324,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
                                      GRADS: g_head + last_grads - st.grads_per_layer,
                                      TEMPS: act.forward_temps + resid_grad}))
     # backward of the first block: its own backward + every block's gradients
-    first_others = act.layer_input - act.input_saved if seg and not spec.offload else 0
-    if seg and spec.offload:  # a leaf block-0 input stays on the device; the recompute input as above
+    first_others = act.layer_input - act.input_saved if seg and not offload else 0
+    if seg and offload:  # a leaf block-0 input stays on the device; the recompute input as above
         first_others = act.leaf_input - (0 if host_copy_back else act.input_saved)
     if seg and seg > 1:
         first_others += (min(seg, n) - 1) * act.per_layer

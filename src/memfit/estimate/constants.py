@@ -9,6 +9,8 @@ from __future__ import annotations
 FP32_BYTES = 4  # torch.float32 element size
 BF16_BYTES = 2  # torch.bfloat16 / torch.float16 element size
 INT64_BYTES = 8  # torch.int64 (token ids, labels, index tensors)
+# TRL 1.16 get_act_offloading_ctx_manager(min_offload_size=1024): smaller saved tensors stay on the device
+TRL_MIN_OFFLOAD_BYTES = 1024
 BOOL_BYTES = 1  # torch.bool (dropout masks)
 
 IGNORE_INDEX = -100  # the label torch.nn.functional.cross_entropy and transformers' losses skip

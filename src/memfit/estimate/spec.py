@@ -103,6 +103,9 @@ class RunSpec:
     trainable_token_indices: tuple[int, ...] = ()  # PEFT LoraConfig.trainable_token_indices: embedding rows trained
     bias: Bias = "none"  # PEFT bias: "all" trains every parameter named *.bias, "lora_only" the adapted linears'
     alloc_conf: str = ""  # PYTORCH_CUDA_ALLOC_CONF the run sets (expandable_segments, max_split_size_mb; allocator.py)
+    # TRL 1.16 SFTConfig(activation_offloading=True) / OffloadActivations: every saved tensor of >= 1024 B that is not
+    # a parameter nor saved inside lm_head goes to host memory (memfit.runtime.act_offload); not --offload's rule
+    offload_activations: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("method", self.method, Method)
@@ -183,6 +186,9 @@ class RunSpec:
         if self.offload and self.checkpointing == "none":
             raise MemfitError("--offload moves the checkpoints to CPU memory; with --checkpointing none there are "
                               "none: add --checkpointing full (or every-k, sqrt) or drop --offload")
+        if self.offload and self.offload_activations:
+            raise MemfitError("--offload (checkpoints to the host) and --offload-activations (TRL's "
+                              "OffloadActivations: every saved tensor) are two rules for the same tensors: keep one")
         if self.attention == "flash" and self.device == "cpu":
             raise MemfitError("--attention flash needs --device cuda (FlashAttention has no CPU kernel); "
                               "use --attention sdpa on CPU")

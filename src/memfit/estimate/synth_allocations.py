@@ -104,7 +104,7 @@ def allocations_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activ
         blocks: list[list[Hashable]] = [[] for _ in range(n)]
         for i in range(n):
             if act.segment:
-                alloc(("ckpt", i), 0 if spec.offload else act.layer_input, blocks[i])
+                alloc(("ckpt", i), 0 if spec.offload or spec.offload_activations else act.layer_input, blocks[i])
             else:
                 comps = act.first_by_component if i == 0 else act.by_component
                 for name, size in comps.items():

@@ -73,7 +73,8 @@ def estimate_table(est: MemoryEstimate) -> Table:
         t.add_row("reserved (+allocator, CUDA context)", f"{est.reserved_bytes:,}",
                   f"{est.reserved_bytes / BYTES_PER_GIB:.3f}", "")
     if est.host_bytes:  # --offload: the checkpoints' copies, in host memory (not part of the peak above)
-        t.add_row("host memory (--offload checkpoints)", f"{est.host_bytes:,}",
+        what = "--offload-activations saved tensors" if s.offload_activations else "--offload checkpoints"
+        t.add_row(f"host memory ({what})", f"{est.host_bytes:,}",
                   f"{est.host_bytes / BYTES_PER_GIB:.3f}", "")
     return t
 

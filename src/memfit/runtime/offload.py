@@ -23,11 +23,11 @@ pinning only where an accelerator exists, and marks the packed storages as host 
 counts them, so ``measure`` and ``trace`` report the device and the host apart. In a CUDA trace (CPU fake
 tensors) unpack makes the device copy CUDA's ``.to("cuda")`` would make.
 
-Offloading without checkpointing is not modelled: transformers' ``offload=True`` only exists with checkpointing,
-but TRL's ``activation_offloading=True`` and torchtune's ``enable_activation_offloading`` wrap the whole forward in
-their own saved-tensor hooks (``OffloadActivations``: every saved tensor above a size threshold goes to the host,
-with or without checkpointing). That is another rule (which tensors, streams, the last layer kept) and
-``--offload`` with ``--checkpointing none`` stays refused until it is modelled and measured.
+transformers' ``offload=True`` only exists with checkpointing, so ``--offload`` with ``--checkpointing none`` is
+refused. TRL's ``activation_offloading=True`` wraps the whole step in its own saved-tensor hooks
+(``OffloadActivations``: every saved tensor above a size threshold goes to the host, with or without
+checkpointing): that is ``--offload-activations`` (:mod:`memfit.runtime.act_offload`), booked in the same
+:class:`HostCopies`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["HostCopies", "apply_offload", "counting_host", "offloaded_checkpoint"]
+__all__ = ["HostCopies", "active_host", "apply_offload", "counting_host", "offloaded_checkpoint"]
 
 _ACTIVE: list[HostCopies] = []  # the HostCopies the current step counts into (innermost last)
 
@@ -60,10 +60,14 @@ class HostCopies:
         self._seen: dict[int, int] = {}
 
     def claims(self, storage: Any) -> bool:
-        """True for a storage made while packing (it lives on the host): counted here, not on the device."""
+        """True for a storage made while packing (it lives on the host): counted here, not on the device; and for
+        such a storage seen again later (a view of it an unpack returns: ``as_strided`` in
+        :mod:`memfit.runtime.act_offload`)."""
+        key = id(storage)
+        if key in self._seen:
+            return True
         if not self._packing:
             return False
-        key = id(storage)
         if key not in self._seen:
             nbytes = int(storage.nbytes())
             self._seen[key] = nbytes
@@ -92,6 +96,11 @@ def counting_host(host: HostCopies) -> Iterator[HostCopies]:
         yield host
     finally:
         _ACTIVE.remove(host)
+
+
+def active_host() -> HostCopies | None:
+    """The HostCopies the current step counts into (:func:`counting_host`), or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
 
 
 class _HostSaveOnCpu(saved_tensors_hooks):

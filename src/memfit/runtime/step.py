@@ -25,6 +25,7 @@ import torch
 
 from memfit.errors import MemfitError
 from memfit.estimate.spec import RunSpec
+from memfit.runtime.act_offload import offloading_activations
 from memfit.runtime.build import autocast_dtype, trainable_parameters
 from memfit.runtime.tracker import LiveTensorTracker
 
@@ -136,8 +137,11 @@ def run_step(model: torch.nn.Module, spec: RunSpec, *, optimizer: Any = None, ba
         for _ in range(max(1, spec.grad_accum)):
             # gradient accumulation: from the second micro-batch on, the gradients of the earlier ones stay
             # allocated (autograd adds into them in place) through this one's forward and backward
-            loss = _micro_batch(model, spec, phase=phase, inputs=inputs, batch=batch, seq=seq, vocab=vocab,
-                                device=device, dev_type=dev_type, amp=amp, scaler=scaler)
+            offloading = (offloading_activations(model, device_type=dev_type) if spec.offload_activations
+                          else contextlib.nullcontext())
+            with offloading:  # TRL's SFTTrainer.training_step runs the micro-batch under OffloadActivations
+                loss = _micro_batch(model, spec, phase=phase, inputs=inputs, batch=batch, seq=seq, vocab=vocab,
+                                    device=device, dev_type=dev_type, amp=amp, scaler=scaler)
         with phase("optimizer"):
             if scaler is not None:
                 scaler.step(optimizer)

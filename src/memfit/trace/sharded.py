@@ -71,8 +71,9 @@ def check_sharded_trace(spec: RunSpec) -> None:
     if spec.prefetch != 1:
         raise MemfitError(f"trace --sharding runs FSDP2's own prefetch (1 layer ahead); --prefetch {spec.prefetch} "
                           f"is modelled by `{alt} --prefetch {spec.prefetch}`")
-    if spec.offload:
-        raise MemfitError(f"trace --sharding does not run --offload (host checkpoints); `{alt}` models it")
+    if spec.offload or spec.offload_activations:
+        raise MemfitError(f"trace --sharding does not run --offload / --offload-activations (host copies); `{alt}` "
+                          "models them")
 
 
 @contextlib.contextmanager

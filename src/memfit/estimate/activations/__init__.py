@@ -28,7 +28,7 @@ from memfit.estimate.activations.head import head_and_loss
 from memfit.estimate.activations.ops import Replay, Rope
 from memfit.estimate.activations.tape import Saved, SymTensor
 from memfit.estimate.adapter import layer_adapters
-from memfit.estimate.constants import RULE_OF_THUMB_BYTES
+from memfit.estimate.constants import RULE_OF_THUMB_BYTES, TRL_MIN_OFFLOAD_BYTES
 from memfit.estimate.lora import block_linears
 from memfit.estimate.shape import ModelShape
 from memfit.estimate.spec import RunSpec
@@ -77,6 +77,9 @@ class ActivationBytes:
     head_table_used: int = 0
     head_table_saved: int = 0
     head_table_forward: int = 0
+    loss_offloaded: int = 0  # --offload-activations: the loss's saved tensors, in host memory (not in ``loss``)
+    hidden_live: int = 0  # --offload-activations: the final hidden states alive while the loss runs (head.py)
+    forward_cached: int = 0  # --offload-activations, autocast: trainable weights' cached casts, to the forward's end
 
     @property
     def layers(self) -> int:
@@ -135,6 +138,8 @@ class _Blocks:
     layers_extra: int = 0
     held_per: int = 0  # bytes of a typical block's storages held by an autograd ctx (Tape.held)
     forward: tuple[int, int] = (0, 0)  # the typical block's widest forward transient (Tape.forward_peak)
+    host: int = 0  # --offload-activations without checkpointing: every layer's host copies (Tape.host_total)
+    cached: int = 0  # ... and every layer's autocast-cached weight casts (Tape.cached_total)
 
 
 def _by_component(saved: dict[int, Saved], skip: set[int]) -> dict[str, int]:
@@ -188,8 +193,9 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
     every = layer_adapters(m, rp.spec.with_(layers_to_transform=(), layers_pattern=())) if rp.spec.is_adapter \
         else adapted
     rope_storages = {r.storage for r in rope} if rope is not None else set()
-    mark = t.mark()
+    mark, h0, c0 = t.mark(), t.host_total, t.cached_total
     x1 = block_forward(_layer_replay(rp, kinds[0]), x, rope)
+    h1, c1 = t.host_total, t.cached_total
     first_saved, backward_first = t.saved_since(mark), t.backward_peak(mark)
     shared = rope_storages & first_saved.keys()
     first = _by_component(first_saved, shared)
@@ -197,14 +203,20 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
         input_saved = first_saved[x.storage].nbytes if x.storage in first_saved else 0
         return _Blocks(first=first, per=first, shared=sum(t.saved[s].nbytes for s in shared),
                        backward_first=backward_first, backward_per=backward_first, input_saved=input_saved,
-                       first_out=x1, last=x1, forward=t.forward_peak(mark))
+                       first_out=x1, last=x1, forward=t.forward_peak(mark), host=h1 - h0, cached=c1 - c0)
     if adapted != every:
+        if t.offload_min:
+            raise MemfitError("the estimate does not model --offload-activations with --layers-to-transform: "
+                              "run `memfit trace` or `memfit measure`, or drop one of them")
         return _replay_layer_by_layer(rp, kinds, x1, rope, first=first, backward_first=backward_first,
                                       shared=shared, rope_storages=rope_storages)
     typical = (kinds[-1][0], masked[1], adapted[-1])
     mark = t.mark()
     x2 = block_forward(_layer_replay(rp, typical), x1, rope)
     per_saved, backward_per, forward = t.saved_since(mark), t.backward_peak(mark), t.forward_peak(mark)
+    host_per, cached_per = t.host_total - h1, t.cached_total - c1
+    host = h1 - h0 + (m.n_layers - 1) * host_per
+    cached = c1 - c0 + (m.n_layers - 1) * cached_per
     shared = shared or (rope_storages & per_saved.keys())
     per = _by_component(per_saved, shared)
     others: dict[Kind, int] = {}
@@ -213,14 +225,16 @@ def _replay_blocks(rp: Replay, x: SymTensor, rope: Rope | None) -> _Blocks:
             others[kind] = others.get(kind, 0) + 1
     extra = 0
     for kind, count in others.items():
-        mark = t.mark()
+        mark, h, c = t.mark(), t.host_total, t.cached_total
         x2 = block_forward(_layer_replay(rp, kind), x2, rope)
         other = sum(_by_component(t.saved_since(mark), shared).values())
         extra += count * (other - sum(per.values()))
+        host += count * (t.host_total - h - host_per)
+        cached += count * (t.cached_total - c - cached_per)
     return _Blocks(first=first, per=per, shared=sum(t.saved[s].nbytes for s in shared),
                    backward_first=backward_first, backward_per=backward_per,
                    input_saved=per_saved[x1.storage].nbytes if x1.storage in per_saved else 0,
-                   first_out=x1, last=x2, layers_extra=extra, forward=forward,
+                   first_out=x1, last=x2, layers_extra=extra, forward=forward, host=host, cached=cached,
                    held_per=sum(t.held.get(s, 0) for s in per_saved if s != x1.storage))
 
 
@@ -273,6 +287,18 @@ def _check_run(rp: Replay) -> None:
                           "--lora-dropout 0, or name the attention projections in --targets (e.g. q_proj,v_proj)")
 
 
+def _check_offload_activations(spec: RunSpec) -> None:
+    """Refuse the --offload-activations runs the estimate does not model (trace and measure run them)."""
+    if not spec.offload_activations:
+        return
+    if spec.checkpointing == "every-k":
+        raise MemfitError("the estimate does not model --offload-activations with --checkpointing every-k: run "
+                          "`memfit trace` or `memfit measure`, or use --checkpointing full or none")
+    if spec.loss != "standard":
+        raise MemfitError(f"the estimate does not model --offload-activations with --loss {spec.loss}: run "
+                          "`memfit trace` or `memfit measure`, or use --loss standard")
+
+
 def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
     """Saved-for-backward bytes of one forward of ``shape`` under ``spec``; see the module docstring."""
     shape.arch.check_attention(spec.attention)
@@ -280,13 +306,27 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         raise MemfitError(f"{shape.name} has {shape.max_positions:,} learned positions; --seq {spec.seq:,} "
                           f"exceeds them: use --seq {shape.max_positions} or less")
     rp = Replay.start(shape, spec)
+    if spec.offload_activations:  # TRL's OffloadActivations (Tape.save, Tape.weight)
+        rp.tape.offload_min, rp.tape.cache_casts = TRL_MIN_OFFLOAD_BYTES, True
+        rp.tape.offload_copy_back = spec.device == "cuda"
     _check_run(rp)
+    _check_offload_activations(spec)
     x = embed(rp)
     embedding = rp.tape.saved_total
+    host_outside = rp.tape.host_total  # --offload-activations: the embedding's saved ids, later the head and loss
+    ckpt = spec.checkpointing != "none"
+    offload_min, cached_before = rp.tape.offload_min, rp.tape.cached_total
+    if ckpt:  # the blocks save under checkpoint's own hooks (innermost): recomputed, not offloaded
+        rp.tape.offload_min = 0
     blocks = _replay_blocks(rp, x, rotary_tables(rp))
+    rp.tape.offload_min, before_head = offload_min, rp.tape.host_total
+    cached_blocks = rp.tape.cached_total - cached_before
     # one cos/sin pair per attention type (Gemma 3), each saved by the layers of its type like the first
     shared = blocks.shared * (len(set(shape.layer_types)) if shape.layout.rope_per_layer_type else 1)
     head = head_and_loss(rp, blocks.last)
+    host_outside += rp.tape.host_total - before_head
+    # autocast's cached casts of the trainable weights, on the device to the end of the forward (--offload-activations)
+    cached = rp.tape.cached_total - cached_blocks + blocks.cached
     layer_input = spec.batch * spec.seq * shape.hidden * blocks.first_out.itemsize
     lay = shape.layout
     # block 0's input is the embedding lookup itself (nothing applied after it) and a leaf: a frozen table,
@@ -306,8 +346,9 @@ def estimate_activations(shape: ModelShape, spec: RunSpec) -> ActivationBytes:
         n_layers=shape.n_layers, segment=ck.segment, layer_input=layer_input, logits_bytes=head.logits_bytes,
         loss_workspace=head.loss_workspace, backward_first=max(first, blocks.backward_first),
         backward_per=max(per, blocks.backward_per), input_saved=blocks.input_saved, plain_blocks=ck.plain_blocks,
-        layers_extra=blocks.layers_extra, offloaded=ck.host_bytes,
-        leaf_input=layer_input if (leaf and spec.offload and ck.segment) else 0,
+        layers_extra=blocks.layers_extra, offloaded=ck.host_bytes + (host_outside + blocks.host if offload_min else 0),
+        leaf_input=layer_input if (leaf and (spec.offload or spec.offload_activations) and ck.segment) else 0,
+        loss_offloaded=head.loss_offloaded, hidden_live=head.hidden_live, forward_cached=cached,
         forward_saved=blocks.forward[0], forward_temps=blocks.forward[1],
         head_table=head.table, head_table_used=head.table_used, head_table_saved=head.table_saved,
         head_table_forward=head.table_forward,

@@ -77,8 +77,11 @@ def checkpoints(model: ModelShape, spec: RunSpec, *, layer_input: int, mask_item
         # everything they save
         kept = -(-n // spec.checkpoint_every)
         plain = n - kept
-    kept_bytes = (layer_input if leaf_input else 0) if spec.offload else kept * layer_input
-    host = kept * layer_input if spec.offload else 0
+    # --offload-activations with checkpointing: TRL's pack sees only what checkpoint saves with the ambient hooks,
+    # the block inputs, the same copies as --offload (memfit.runtime.act_offload)
+    offload = spec.offload or spec.offload_activations
+    kept_bytes = (layer_input if leaf_input else 0) if offload else kept * layer_input
+    host = kept * layer_input if offload else 0
     if spec.attention == "eager" or (spec.padding_mask and spec.attention == "sdpa"):
         masks = len(set(model.layer_types)) or 1
         kept_bytes += masks * spec.batch * spec.seq * spec.seq * mask_itemsize

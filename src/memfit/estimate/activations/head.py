@@ -44,6 +44,9 @@ class Head:
     table_used: int = 0
     table_saved: int = 0
     table_forward: int = 0
+    loss_offloaded: int = 0  # --offload-activations: the loss's saved tensors in host memory (not in ``loss``)
+    hidden_live: int = 0  # --offload-activations: the final hidden states (alive in the model's output while the loss
+    # runs) when no device save holds them (lm_head frozen, or under autocast its bf16 copy)
 
 
 def chunk_rows(tokens: int, vocab: int, width: int) -> int:
@@ -73,6 +76,7 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
         saved = sum(s.nbytes for s in t.saved_since(mark).values())
         loss = T * width * xf.itemsize + (V * width * lm_itemsize if head_trained else 0) + T * INT64_BYTES
         return Head(saved=saved, loss=loss, logits_bytes=0, loss_workspace=chunk_rows(T, V, width) * V * FP32_BYTES)
+    t.offload_paused = True  # --offload-activations: TRL keeps lm_head's saved tensors on the device (NoOpManager)
     table = table_used = table_saved = table_forward = 0
     if tied_token_head(m, spec):  # PEFT 0.21.2's tied TrainableTokensLayer: F.linear(x, weight.index_copy(...))
         t.save(t.new((trainable_tokens(m, spec),), INT64_BYTES, False), "head")  # index_copy's int64 index
@@ -87,6 +91,7 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
             merged.nbytes if w is not merged else 0)
     else:
         logits = t.linear(xf, t.weight((V, width), lm_itemsize, head_trained), V, "head")  # (b, s, V)
+    t.offload_paused = False
     if m.final_softcap:
         logits = t.new(logits.shape, logits.itemsize, logits.requires_grad)  # / cap
         logits = t.unary_saving_output(logits, "head")  # tanh
@@ -96,6 +101,12 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
     saved = sum(s.nbytes for s in t.saved_since(mark).values())
     # logits.float(); cross_entropy = log_softmax (saves its output) + nll_loss (saves the labels); the mean
     loss = T * V * FP32_BYTES + T * INT64_BYTES + FP32_BYTES
-    return Head(saved=saved, loss=loss, logits_bytes=T * V * logits.itemsize, loss_workspace=T * V * FP32_BYTES,
-                table=table, table_used=table_used, table_saved=table_saved,
-                table_forward=table_forward)
+    # --offload-activations: the log-probabilities and the labels (at least 1024 B each) go to the host; nll_loss
+    # saves the log-probabilities again (its ``self``): a second host copy, which one unpack at a time brings back
+    moved = sum(n for n in (T * V * FP32_BYTES, T * INT64_BYTES) if t.offload_min and n >= t.offload_min)
+    t.host_total += moved + (T * V * FP32_BYTES if moved else 0)
+    kept_x = head_trained and not t.autocast  # lm_head saved xf itself, on the device (NoOpManager)
+    return Head(saved=saved, loss=loss - moved, logits_bytes=T * V * logits.itemsize,
+                loss_workspace=T * V * FP32_BYTES, loss_offloaded=moved,
+                hidden_live=0 if kept_x or not t.offload_min else xf.nbytes,
+                table=table, table_used=table_used, table_saved=table_saved, table_forward=table_forward)

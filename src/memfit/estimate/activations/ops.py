@@ -216,11 +216,11 @@ def rmsnorm(rp: Replay, x: SymTensor, component: str) -> SymTensor:
     """
     t, n = rp.tape, x.shape[-1]
     x32 = t.cast(x, FP32_BYTES)
-    if x32.requires_grad:
-        t.save(x32, component)
+    if x32.requires_grad:  # by pow(2) and by x32 * rstd: one storage, two saves (two host copies offloaded)
+        t.save(x32, component, times=2)
     rstd = t.new(x.shape[:-1] + (1,), FP32_BYTES, x.requires_grad)
-    if x.requires_grad:
-        t.save(rstd, component)
+    if x.requires_grad:  # by rsqrt (its output) and by x32 * rstd
+        t.save(rstd, component, times=2)
     y32 = t.new(x.shape, FP32_BYTES, x.requires_grad)
     rule = rp.model.layout.norm_weight
     if rule == "one_plus_before_cast":

@@ -101,6 +101,17 @@ class Tape:
     # them (bitsandbytes' LLM.int8 matmuls keep x as ``ctx.A``)
     held: dict[int, int] = field(default_factory=dict)
     forward: list[BackwardEvent] = field(default_factory=list)  # forward transients (:meth:`transient`)
+    # --offload-activations (TRL 1.16's OffloadActivations, memfit.runtime.act_offload): a non-parameter tensor saved
+    # with at least ``offload_min`` bytes goes to host memory, one copy per save (``host_total``), and keeps no device
+    # bytes; ``offload_paused`` (lm_head: TRL's NoOpManager) keeps saves on the device; ``offload_copy_back`` (CUDA):
+    # an op's backward holds a device copy of what it saved (``_unpacked``, added to its BackwardEvent)
+    offload_min: int = 0
+    offload_paused: bool = False
+    offload_copy_back: bool = False
+    host_total: int = 0
+    cached_total: int = 0  # --offload-activations under autocast: trainable weights' cached casts (:meth:`weight`)
+    cache_casts: bool = False  # count them (--offload-activations: nothing else holds them on the device)
+    _unpacked: int = field(default=0, init=False, repr=False)
     _params: set[int] = field(default_factory=set, init=False, repr=False)
     _next: int = field(default=0, init=False, repr=False)
 
@@ -124,13 +135,23 @@ class Tape:
         if self.params_in_compute:
             return self.param(shape, self.compute_itemsize, requires_grad)
         if self.autocast and itemsize != self.compute_itemsize:
+            if requires_grad and self.cache_casts and not self.offload_paused:
+                # autocast caches a trainable leaf's cast to the end of the forward: offloaded, it stays there too
+                self.cached_total += prod(shape) * self.compute_itemsize
             return self.new(shape, self.compute_itemsize, requires_grad)
         return self.param(shape, itemsize, requires_grad)
 
     # ---- bookkeeping ---------------------------------------------------------------------
-    def save(self, t: SymTensor, component: str) -> None:
-        """Keep ``t``'s storage for the backward (once; parameters never)."""
-        if t.storage in self.saved or t.storage in self._params:
+    def save(self, t: SymTensor, component: str, *, times: int = 1) -> None:
+        """Keep ``t``'s storage for the backward (once; parameters never); offloaded: a host copy per save (``times``
+        saves by as many ops)."""
+        if t.storage in self._params:
+            return
+        if self.offload_min and not self.offload_paused and t.nbytes >= self.offload_min:
+            self.host_total += times * t.nbytes
+            self._unpacked += times * t.nbytes
+            return
+        if t.storage in self.saved:
             return
         self.saved[t.storage] = Saved(t.storage_bytes, component)
         self.saved_total += t.storage_bytes
@@ -139,7 +160,9 @@ class Tape:
         """Record an op for the backward replay (when its output requires grad); returns ``out``."""
         if out.requires_grad:
             grads = out.nbytes + sum(i.nbytes for i in inputs if i.requires_grad)
-            self.events.append(BackwardEvent(self.saved_total, grads - pending))
+            back = self._unpacked if self.offload_copy_back else 0
+            self.events.append(BackwardEvent(self.saved_total + back, grads - pending))
+        self._unpacked = 0
         return out
 
     def event(self, grad_bytes: int, *, saved_before: int | None = None) -> None:
