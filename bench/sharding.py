@@ -4,7 +4,7 @@ measured peak, over 2 and 4 real gloo processes per row. Writes ``## sharding`` 
     OMP_NUM_THREADS=1 .venv/bin/python bench/sharding.py [--gpus 2,4] [--models llama-3.2-1b] [--rows base,accelerate]
 
 Row sets (rows_sharding.ROW_SETS): base, accelerate, mixed, lora, layers (LoRA on layers 0,2 of a 4-layer scaled Llama
-3.2 with a 1,024-token vocabulary, 2 ranks).
+3.2 with a 1,024-token vocabulary, 2 ranks), moe (a full bf16 fine-tune of a 4-layer scaled Mixtral, 2 ranks).
 """
 
 from __future__ import annotations

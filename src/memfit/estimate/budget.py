@@ -75,6 +75,7 @@ from memfit.estimate.fits import (
     CUDA_CONTEXT_BYTES,
     reserved_bytes,
 )
+from memfit.estimate.fsdp_grads import middle_blocks
 from memfit.estimate.fsdp_wrap import LAST_GATHER
 from memfit.estimate.moments import Moment, peak_moment
 from memfit.estimate.shape import ModelShape
@@ -314,6 +315,9 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     out.append(Moment(phase="backward", label="backward: last block",
                       parts={**base, ACTS: others + other_saved, GRADS: g_head + last_grads,
                              TEMPS: bwd_per + resid_grad}))
+    if spec.sharding in FSDP2 and not act.plain_blocks and not spec.layers_to_transform and (
+            not seg or (seg == 1 and not spec.offload)):  # FSDP2's prefetch + buffer; one checkpoint a block done
+        out.extend(middle_blocks(out[-1], n, act.layer_input if seg else act.per_layer, st.grads_per_layer))
     if act.forward_temps:  # DoRA's weight norm in the last block's forward, and again in its recompute
         before = act.checkpoints if seg else blocks - act.per_layer + act.forward_saved
         out.insert(0, Moment(phase="forward", label="forward: last block",

@@ -19,7 +19,8 @@ FSDP2 units are each decoder layer and the root (embeddings, final norm, lm_head
 (torchtitan's); ``--fsdp-wrap accelerate`` models accelerate 1.15.0's (the Trainer's) units:
 :mod:`memfit.estimate.fsdp_wrap`. Beside its 1/N shards a
 rank holds, per moment (:func:`fsdp2_moment` names the torch source): the root's weights in full through
-forward and backward; the layer computing plus ``prefetch`` gathered ahead in the backward, and the last
+forward and backward; the layer computing plus ``prefetch`` gathered ahead in the backward (beside the last
+reduce-scatter's input in the middle layers: :func:`memfit.estimate.fsdp_grads.middle_blocks`), and the last
 layer's all-gather output in the forward (every layer with ``reshard_after_forward=False``), and when the last
 layer is gathered the one before's all-gather output beside its own output and weights (:data:`LAST_GATHER`); a
 layer's gradients in full until their reduce-scatter (layer by layer under ``--layers-to-transform``:

@@ -49,8 +49,17 @@ trainable parameters, the last layer frozen. Run on :data:`LAYERS_MODEL`, whose 
 LAYERS_MODEL: tuple[str, int, int, int] = ("llama-3.2-1b", 256, 4, 1024)
 """(catalogue name, hidden, layers, vocabulary) of the ``layers`` rows: scaled Llama 3.2 with a 1,024-token
 vocabulary, so the layers' gathers, not the root's, set the peak."""
+MOE_SPECS: tuple[RunSpec, ...] = tuple(
+    RunSpec(method="full", precision="bf16", batch=1, seq=64, device="cpu", sharding=sharding, gpus=2,
+            attention="sdpa") for sharding in ("zero2", "fsdp"))
+"""A full bf16 fine-tune of a mixture-of-experts model under fully_shard, 2 ranks: fused 3-D expert weights many
+times a layer's activations, so a middle layer's backward (the layer computing, the next one's prefetched all-gather
+output and the last reduce-scatter's input) peaks. Run on :data:`MOE_MODEL`."""
+MOE_MODEL: tuple[str, int, int] = ("mixtral-8x7b", 512, 4)
+"""(catalogue name, hidden, layers) of the ``moe`` rows: scaled Mixtral, 8 experts of 2 active, 32,000 tokens."""
 ROW_SETS: dict[str, tuple[RunSpec, ...]] = {"base": SHARDED_SPECS, "accelerate": ACCELERATE_SPECS,
-                                            "mixed": MIXED_SPECS, "lora": LORA_SPECS, "layers": LAYERS_SPECS}
+                                            "mixed": MIXED_SPECS, "lora": LORA_SPECS, "layers": LAYERS_SPECS,
+                                            "moe": MOE_SPECS}
 """The row sets ``bench/sharding.py --rows`` picks from (all of them by default)."""
 
 
@@ -100,8 +109,9 @@ def run_sharded_matrix(*, gpus: tuple[int, ...] = (2, 4), models: tuple[str, ...
 
     out = []
     name, hidden, layers, vocab = LAYERS_MODEL
-    groups = [(m, None, [s for s in chosen if s not in LAYERS_SPECS]) for m in SHARDED_MODELS] + [
-        ((name, hidden, layers), vocab, [s for s in chosen if s in LAYERS_SPECS])]
+    groups = [(m, None, [s for s in chosen if s not in LAYERS_SPECS and s not in MOE_SPECS])
+              for m in SHARDED_MODELS] + [((name, hidden, layers), vocab, [s for s in chosen if s in LAYERS_SPECS])]
+    groups.append((MOE_MODEL, None, [s for s in chosen if s in MOE_SPECS]))
     for (name, hidden, layers), vocab, group in groups:
         if (models is not None and name not in models) or not group:
             continue
