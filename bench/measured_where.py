@@ -21,6 +21,9 @@ ROWS = [
     ("`--offload` rows: device bytes and host copies", "**CPU-measured**",
      "save_on_cpu on a CPU step, host copies booked apart (memfit.runtime.offload); on CUDA the unpack's device "
      "copy of each checkpoint is **assumed** (memfit.estimate.budget)"),
+    ("`--offload-activations` rows (TRL's activation_offloading): device bytes and host copies", "**CPU-measured**",
+     "TRL 1.16's pack rule on a CPU step (memfit.runtime.act_offload, checked against TRL's OffloadActivations); "
+     "CUDA's use_streams window (up to 5 tensors kept on the device) is **not modelled**"),
     ("trace figures", "**CPU** (fake tensors)", "the real model code on FakeTensorMode with CUDA semantics modelled "
      "(memfit.trace.cuda); no GPU kernel runs"),
     ("CUDA-only kernels' bytes: sdpa flash / efficient, fused AdamW (512 B per state block), `native_dropout`'s "
