@@ -9,7 +9,8 @@ import pytest
 
 from memfit.cli import main
 from memfit.errors import MemfitError
-from memfit.estimate import ModelShape, RunSpec, estimate_memory
+from memfit.estimate import MemoryEstimate, ModelShape, RunSpec, estimate_memory
+from memfit.estimate.category import Category
 
 # 4 layers, hidden 64, vocab 1000 (as tests/runtime/test_offload.py); b2 s32: T = 64 tokens
 LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
@@ -69,8 +70,31 @@ def test_refused_combinations() -> None:
         _spec(offload=True)
     with pytest.raises(MemfitError, match="every-k"):
         estimate_memory(SHAPE, _spec().with_(checkpointing="every-k"))
-    with pytest.raises(MemfitError, match="--loss trl"):
-        estimate_memory(SHAPE, _spec().with_(loss="trl"))
+    with pytest.raises(MemfitError, match="--loss chunked"):
+        estimate_memory(SHAPE, _spec().with_(loss="chunked"))
+
+
+def _logits(est: MemoryEstimate, label: str) -> int:
+    return next(m.parts[Category.LOGITS] for m in est.moments if m.label == label)
+
+
+def test_trl_loss_hidden_copy_on_the_host() -> None:
+    """TRL's fused head (``--loss trl``) saves a copy of the scored positions' hidden states (N x h in the weights'
+    dtype), its targets (N x 8), ``log_z`` and ``entropy`` (N x 4 each); under OffloadActivations each of at least
+    1,024 B goes to the host. N = 2 x 31 = 62 positions, h = 64, fp32: the copy is 62 x 64 x 4 = 15,872 B (moved);
+    the targets (496 B) and the two vectors (248 B each) stay. With the 4 block inputs (4 x 16,384) and the final
+    RMSNorm's two fp32 saves (2 x 16,384), as in the test above: 65,536 + 32,768 + 15,872 = 114,176 B on the host
+    (the pattern a real step showed on the scaled Llama: 524,288 + 129,024 B). On a CPU run the loss's backward
+    reads the host copy itself (15,872 B fewer on the device than with the head's tensors kept); CUDA copies it
+    back (the same bytes as kept)."""
+    head = "backward: loss"
+    cpu = estimate_memory(SHAPE, _spec().with_(loss="trl"))
+    assert cpu.host_bytes == 114_176
+    kept = estimate_memory(SHAPE, _spec().with_(loss="trl", offload_activations=False))
+    assert _logits(kept, head) - _logits(cpu, head) == 15_872
+    cuda = estimate_memory(SHAPE, _spec().with_(loss="trl", device="cuda"))
+    cuda_kept = estimate_memory(SHAPE, _spec().with_(loss="trl", device="cuda", offload_activations=False))
+    assert _logits(cuda, head) == _logits(cuda_kept, head) > 0
 
 
 def test_cli_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,7 +67,7 @@ from memfit.estimate.activations import ActivationBytes, estimate_activations, r
 from memfit.estimate.adapter import trainable_tokens
 from memfit.estimate.allocator import AllocatorReplay, replay
 from memfit.estimate.category import Category
-from memfit.estimate.constants import INT64_BYTES
+from memfit.estimate.constants import INT64_BYTES, TRL_MIN_OFFLOAD_BYTES
 from memfit.estimate.evaluation import eval_moments, eval_summary
 from memfit.estimate.fits import (
     ALLOCATOR_OVERHEAD_BYTES,
@@ -88,6 +88,7 @@ from memfit.estimate.trl_loss import (
     TRL_VOCAB_CHUNK,
     trl_forward_bytes,
     trl_loss_bytes,
+    trl_offloaded_bytes,
     trl_scored_tokens,
 )
 
@@ -209,7 +210,9 @@ def budget_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activation
     return MemoryEstimate(
         spec=spec, shape=shape, peak_bytes=top.total, peak_phase=top.phase, peak_moment=top.label,
         components=top.components(), model_states=st, activations=act, activation_bytes=act.total,
-        moments=per_gpu, rule_of_thumb_bytes=rot, sharded=sharded, host_bytes=act.offloaded,
+        moments=per_gpu, rule_of_thumb_bytes=rot, sharded=sharded, host_bytes=act.offloaded + (
+            trl_offloaded_bytes(spec, shape, min_bytes=TRL_MIN_OFFLOAD_BYTES)
+            if spec.loss == "trl" and spec.offload_activations else 0),
     )
 
 
@@ -377,7 +380,10 @@ def _trl_head(moments: list[Moment], shape: ModelShape, spec: RunSpec, st: Model
     n = trl_scored_tokens(spec)
     logits = {"forward: loss": trl_forward_bytes(spec, shape) + min(n, TRL_TOKEN_CHUNK) * TRL_VOCAB_CHUNK
               * spec.compute_bytes,
-              "backward: loss": trl_loss_bytes(spec, shape, head_trained=st.grads_head > 0),
+              # --offload-activations on a CPU run: the backward reads the host copies themselves (CUDA copies back)
+              "backward: loss": trl_loss_bytes(spec, shape, head_trained=st.grads_head > 0) - (
+                  trl_offloaded_bytes(spec, shape, min_bytes=TRL_MIN_OFFLOAD_BYTES)
+                  if spec.offload_activations and spec.device != "cuda" else 0),
               "backward: lm_head": 0}
     return [Moment(phase=m.phase, label=m.label, parts={**m.parts, LOGITS: logits[m.label]})
             if m.label in logits else m for m in moments]

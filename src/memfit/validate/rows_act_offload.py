@@ -36,6 +36,10 @@ ACT_OFFLOAD_ROWS: tuple[tuple[str, dict[str, Any], RunSpec], ...] = (
     ("qwen2.5-0.5b", SMALL_VOCAB, _spec(method="full", precision="mixed-bf16", batch=4, seq=128)),
     ("llama-3.2-1b", SMALL_VOCAB, _spec(method="lora", precision="mixed-bf16", attention="eager", batch=4, seq=128,
                                         targets=("all-linear",))),
+    # TRL's default loss (--loss trl, its fused head): the head's saved hidden-state copy goes to the host too
+    ("llama-3.2-1b", {}, _spec(method="lora", precision="fp32", loss="trl")),
+    ("llama-3.2-1b", {}, _spec(method="lora", precision="mixed-bf16", checkpointing="full", loss="trl")),
+    ("llama-3.2-1b", SMALL_VOCAB, _spec(method="lora", precision="fp32", batch=4, seq=128, loss="trl")),
 )
 
 # the fast subset for `make test`

@@ -294,7 +294,7 @@ def _check_offload_activations(spec: RunSpec) -> None:
     if spec.checkpointing == "every-k":
         raise MemfitError("the estimate does not model --offload-activations with --checkpointing every-k: run "
                           "`memfit trace` or `memfit measure`, or use --checkpointing full or none")
-    if spec.loss != "standard":
+    if spec.loss == "chunked":
         raise MemfitError(f"the estimate does not model --offload-activations with --loss {spec.loss}: run "
                           "`memfit trace` or `memfit measure`, or use --loss standard")
 
