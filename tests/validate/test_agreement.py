@@ -56,3 +56,14 @@ def test_estimate_and_trace_agree_with_measured() -> None:
     assert ada.measured_phase == "optimizer" and abs(ada.estimate_error) <= 0.001, report
     # the baselines the issue compares against are really worse: activations and logits matter here
     assert statistics.median(abs(r.error(r.states_only_bytes) or 0) for r in results) > 0.05, report
+
+
+def test_every_matrix_row_has_its_own_label() -> None:
+    """RESULTS ``## agreement`` lists rows by label: two rows under one label (the --loss trl act-offload rows read
+    like the standard-loss ones before the label named the loss) cannot be told apart."""
+    from collections import Counter
+
+    from memfit.validate.rows_act_offload import act_offload_matrix
+
+    labels = Counter(r.label for r in full_matrix() + act_offload_matrix())
+    assert [label for label, n in labels.items() if n > 1] == []

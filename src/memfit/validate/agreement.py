@@ -123,6 +123,7 @@ class MatrixRow:
             " no-double-quant" if s.method == "qlora" and not s.double_quant else "")
         ck = ("ckpt+offload" if s.offload else "ckpt") if s.checkpointing != "none" else "-"
         ck += " act-offload" if s.offload_activations else ""  # TRL's OffloadActivations (rows_act_offload)
+        ck += f" loss {s.loss}" if s.loss != "standard" else ""  # TRL's fused head, Liger's chunked loss
         if s.checkpointing in ("sqrt", "every-k"):  # segments / one block in k: the depth matters, say it
             mode = "sqrt" if s.checkpointing == "sqrt" else f"every{s.checkpoint_every}"
             ck = f"ckpt-{mode} L{self.shape.n_layers}"
