@@ -12,9 +12,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from three_engines import host_bytes_agree  # noqa: E402
+
 from memfit.estimate import ModelShape, RunSpec, estimate_memory  # noqa: E402
 from memfit.measure.point import measure_point  # noqa: E402
-from memfit.trace.engine import trace_step  # noqa: E402
 from memfit.validate.rows_act_offload import FAST_ACT_OFFLOAD_ROWS, act_offload_matrix  # noqa: E402
 
 LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
@@ -28,14 +29,7 @@ def test_act_offload_row(row) -> None:  # type: ignore[no-untyped-def]
     """Llama (scaled, its real 128,256-token vocabulary), LoRA, fp32, no checkpointing, b2 s64 (T = 128): the loss's
     share of the host bytes is 2 x 128 x 128,256 x 4 (the log-probabilities, saved twice) + 128 x 8 (the labels) =
     131,335,168 B; the blocks add theirs. (Before: no such rule; --offload without checkpointing was refused.)"""
-    measured = measure_point(row.config, row.spec, steps=0, warmup=0)
-    assert measured.fits and measured.peak_bytes
-    est = estimate_memory(row.shape, row.spec)
-    traced = trace_step(row.config, row.spec, name=row.model)
-    assert abs(est.peak_bytes - measured.peak_bytes) / measured.peak_bytes <= 0.02
-    assert abs(traced.peak_bytes - measured.peak_bytes) / measured.peak_bytes <= 0.01
-    assert measured.host_bytes == est.host_bytes == traced.host_bytes
-    assert measured.host_bytes > 131_335_168
+    assert host_bytes_agree(row) > 131_335_168
 
 
 @pytest.mark.slow
