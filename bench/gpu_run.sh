@@ -5,7 +5,9 @@
 #   2. every CUDA-marked test;
 #   3. bench/gpu_check.sh's measure sweep (checkpointing trade, max-batch bisection);
 #   4. the caching-allocator replay (memfit.estimate.allocator) against torch.cuda.max_memory_reserved, with
-#      torch's defaults and expandable_segments:True (bench/allocator_cuda.py -> $OUT/allocator_cuda.json).
+#      torch's defaults and expandable_segments:True (bench/allocator_cuda.py -> $OUT/allocator_cuda.json);
+#   5. --offload-activations: TRL's own OffloadActivations (streams on and off) and memfit's copy of its rule against
+#      the estimate (bench/act_offload_cuda.py -> $OUT/act_offload_cuda.json).
 # Wheels of the exact transformers/peft versions the CPU side uses may be carried in .whl/.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,3 +29,6 @@ timeout 120 bash bench/gpu_check.sh 2>&1 | tail -40 | tee "$OUT/gpu_check.log"
 echo "== 4. caching-allocator replay vs torch.cuda.memory_reserved"
 timeout 420 python3 bench/allocator_cuda.py "$OUT/allocator_cuda.json" 2>&1 | grep -v -i warning | tail -20 \
   | tee "$OUT/allocator_cuda.log"
+echo "== 5. --offload-activations: TRL's OffloadActivations vs memfit's rule and estimate"
+timeout 240 python3 bench/act_offload_cuda.py "$OUT/act_offload_cuda.json" 2>&1 | grep -v -i warning | tail -10 \
+  | tee "$OUT/act_offload_cuda.log"
