@@ -67,7 +67,7 @@ from memfit.estimate.activations import ActivationBytes, estimate_activations, r
 from memfit.estimate.adapter import trainable_tokens
 from memfit.estimate.allocator import AllocatorReplay, replay
 from memfit.estimate.category import Category
-from memfit.estimate.constants import INT64_BYTES, TRL_MIN_OFFLOAD_BYTES
+from memfit.estimate.constants import INT64_BYTES
 from memfit.estimate.evaluation import eval_moments, eval_summary
 from memfit.estimate.fits import (
     ALLOCATOR_OVERHEAD_BYTES,
@@ -88,7 +88,6 @@ from memfit.estimate.trl_loss import (
     TRL_VOCAB_CHUNK,
     trl_forward_bytes,
     trl_loss_bytes,
-    trl_offloaded_bytes,
     trl_scored_tokens,
 )
 
@@ -210,9 +209,7 @@ def budget_of(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activation
     return MemoryEstimate(
         spec=spec, shape=shape, peak_bytes=top.total, peak_phase=top.phase, peak_moment=top.label,
         components=top.components(), model_states=st, activations=act, activation_bytes=act.total,
-        moments=per_gpu, rule_of_thumb_bytes=rot, sharded=sharded, host_bytes=act.offloaded + (
-            trl_offloaded_bytes(spec, shape, min_bytes=TRL_MIN_OFFLOAD_BYTES)
-            if spec.loss == "trl" and spec.offload_activations else 0),
+        moments=per_gpu, rule_of_thumb_bytes=rot, sharded=sharded, host_bytes=act.offloaded,
     )
 
 
@@ -362,7 +359,7 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     out.append(Moment(phase="optimizer", label="optimizer: step",
                       parts={**base, GRADS: G, TEMPS: optimizer_temporaries(st, spec)}))
     if spec.loss == "trl":
-        out = _trl_head(out, shape, spec, st)
+        out = _trl_head(out, shape, spec, st, act)
     if spec.eval_batch is not None:  # the Trainer's evaluation, between optimizer steps (estimate/evaluation.py)
         std = act if act.logits_bytes else estimate_activations(shape, spec.with_(loss="standard"))
         out.extend(eval_moments(shape, spec, {W_FROZEN: st.weights_frozen, W_TRAIN: st.weights_trainable,
@@ -372,7 +369,8 @@ def step_moments(shape: ModelShape, spec: RunSpec, st: ModelStates, act: Activat
     return tuple(out)
 
 
-def _trl_head(moments: list[Moment], shape: ModelShape, spec: RunSpec, st: ModelStates) -> list[Moment]:
+def _trl_head(moments: list[Moment], shape: ModelShape, spec: RunSpec, st: ModelStates,
+              act: ActivationBytes) -> list[Moment]:
     """TRL's fused LM head at the loss (:mod:`memfit.estimate.trl_loss`): after the forward it keeps the scored
     positions' hidden states, targets, log_z and entropy, and its mm buffer (min(N, 4096) x 32768 in the compute
     dtype) is alive inside it; the backward at the loss holds :func:`trl_loss_bytes`. The lm_head's own backward runs
@@ -382,8 +380,7 @@ def _trl_head(moments: list[Moment], shape: ModelShape, spec: RunSpec, st: Model
               * spec.compute_bytes,
               # --offload-activations on a CPU run: the backward reads the host copies themselves (CUDA copies back)
               "backward: loss": trl_loss_bytes(spec, shape, head_trained=st.grads_head > 0) - (
-                  trl_offloaded_bytes(spec, shape, min_bytes=TRL_MIN_OFFLOAD_BYTES)
-                  if spec.offload_activations and spec.device != "cuda" else 0),
+                  act.loss_offloaded if spec.device != "cuda" else 0),
               "backward: lm_head": 0}
     return [Moment(phase=m.phase, label=m.label, parts={**m.parts, LOGITS: logits[m.label]})
             if m.label in logits else m for m in moments]

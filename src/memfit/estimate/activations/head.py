@@ -21,6 +21,7 @@ from memfit.estimate.activations.tape import SymTensor
 from memfit.estimate.adapter import tied_token_head, trainable_tokens
 from memfit.estimate.constants import FP32_BYTES, INT64_BYTES
 from memfit.estimate.lora import saved_modules
+from memfit.estimate.trl_loss import trl_offloaded_bytes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,7 +76,11 @@ def head_and_loss(rp: Replay, x: SymTensor) -> Head:
     if spec.loss in ("chunked", "trl"):  # trl: its own head, booked by the budget (estimate/trl_loss.py)
         saved = sum(s.nbytes for s in t.saved_since(mark).values())
         loss = T * width * xf.itemsize + (V * width * lm_itemsize if head_trained else 0) + T * INT64_BYTES
-        return Head(saved=saved, loss=loss, logits_bytes=0, loss_workspace=chunk_rows(T, V, width) * V * FP32_BYTES)
+        # --offload-activations: TRL's fused head's saved tensors go to the host (trl_offloaded_bytes)
+        moved = trl_offloaded_bytes(spec, m, min_bytes=t.offload_min) if spec.loss == "trl" and t.offload_min else 0
+        t.host_total += moved
+        return Head(saved=saved, loss=loss, logits_bytes=0, loss_workspace=chunk_rows(T, V, width) * V * FP32_BYTES,
+                    loss_offloaded=moved)
     t.offload_paused = True  # --offload-activations: TRL keeps lm_head's saved tensors on the device (NoOpManager)
     table = table_used = table_saved = table_forward = 0
     if tied_token_head(m, spec):  # PEFT 0.21.2's tied TrainableTokensLayer: F.linear(x, weight.index_copy(...))
