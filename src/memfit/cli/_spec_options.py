@@ -347,19 +347,20 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
             configs = values.pop("config", None)
             # a flag whose deciding field the command declares itself is the command's to check
             skip = [n for n, field in _DECIDED_BY.items() if field in exclude]
+            explicit = explicit_flags(values)
             if not configs:
                 spec = spec_from_options(values)
                 check_run_limits(spec)
-                refuse_ignored_flags(spec, explicit_flags(values), skip=skip)
-                kwargs["spec"] = _with_environment(spec, values, kwargs)
+                refuse_ignored_flags(spec, explicit, skip=skip)
+                kwargs["spec"] = _with_environment(spec, explicit, kwargs)
                 if wants_import:
                     kwargs["config_import"] = None
                 return fn(*args, **kwargs)
             given = explicit_names(ctx, list(values) + [n for n in exclude if n in own_names])
             si = _import(configs, values, given, kwargs.get("model"))
             check_run_limits(si.spec)
-            refuse_ignored_flags(si.spec, explicit_flags(values), skip=skip)
-            kwargs["spec"] = _with_environment(si.spec, values, kwargs)
+            refuse_ignored_flags(si.spec, explicit, skip=skip)
+            kwargs["spec"] = _with_environment(si.spec, explicit, kwargs)
             if "model" in own_names and not kwargs.get("model") and si.model:
                 kwargs["model"] = si.model
             for name in exclude:  # a command's own sweep option (measure --batch): the config fills it
@@ -380,13 +381,13 @@ def spec_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]]
     return decorate
 
 
-def _with_environment(spec: RunSpec, values: dict[str, Any], kwargs: dict[str, Any]) -> RunSpec:
+def _with_environment(spec: RunSpec, explicit: set[str], kwargs: dict[str, Any]) -> RunSpec:
     """``spec`` with the settings read from the environment (:mod:`memfit.cli._alloc_env`), said on stderr
     under ``--json`` and on stdout otherwise."""
     from memfit.cli._alloc_env import alloc_conf_from_environment
     from memfit.report import console, err_console
 
-    spec, note = alloc_conf_from_environment(spec, explicit_flags(values))
+    spec, note = alloc_conf_from_environment(spec, explicit)
     if note is not None:
         (err_console if kwargs.get("json_out") else console).print(note, highlight=False, markup=False)
     return spec
