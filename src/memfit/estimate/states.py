@@ -253,21 +253,24 @@ def _block_tensors(shape: ModelShape, spec: RunSpec, paths: frozenset[str] | Non
     return out
 
 
+def _layer_tensors(shape: ModelShape, spec: RunSpec, i: int) -> list[tuple[int, int, int]]:
+    """:func:`_block_tensors` of decoder layer ``i`` as trained: its adapters where PEFT adapts it (every block
+    linear under ``--method full``) and the biases ``--bias`` trains in it (in every layer with ``all``, in the layers
+    whose ``nn.Linear`` targets carry LoRA with ``lora_only``), in the weights' dtype (fp32 under a quantised base)."""
+    sub = shape.layer_shape(i)
+    tensors = _block_tensors(sub, spec, layer_adapters(shape, spec)[i]) \
+        if adapted_layers(shape, spec)[i] or spec.method == "full" else []
+    if spec.bias == "all" or (spec.bias == "lora_only" and module_layers(shape, spec)[i]):
+        bias_b = FP32_BYTES if spec.is_quantised else spec.weight_bytes
+        tensors += [(bias_size(p), bias_b, 0) for p in trained_biases(sub, spec)[0]]
+    return tensors
+
+
 def _adapter_layer_grads(shape: ModelShape, spec: RunSpec) -> tuple[int, ...]:
-    """Gradient bytes of each decoder layer under ``--layers-to-transform``: its adapters' (fp32) where PEFT adapts
-    it, and the biases ``--bias`` trains in it (in every layer with ``all``). Worked: scaled Llama 3.2 (h 256,
-    kv 64, 4 layers), r 16 on q_proj, v_proj, layers 0,2: 4 x 16 x ((256 + 256) + (256 + 64)) = 53,248 B in
-    layers 0 and 2, 0 in 1 and 3."""
-    flags, paths, modules = adapted_layers(shape, spec), layer_adapters(shape, spec), module_layers(shape, spec)
-    bias_b = FP32_BYTES if spec.is_quantised else spec.weight_bytes
-    out = []
-    for i in range(shape.n_layers):
-        sub = shape.layer_shape(i)
-        tensors = _block_tensors(sub, spec, paths[i]) if flags[i] else []
-        biases = sum(bias_size(p) for p in trained_biases(sub, spec)[0]) if spec.bias == "all" or (
-            spec.bias == "lora_only" and modules[i]) else 0
-        out.append(sum(n * b for n, b, _ in tensors) + biases * bias_b)
-    return tuple(out)
+    """Gradient bytes of each decoder layer under ``--layers-to-transform`` (:func:`_layer_tensors`). Worked: scaled
+    Llama 3.2 (h 256, kv 64, 4 layers), r 16 on q_proj, v_proj, layers 0,2: 4 x 16 x ((256 + 256) + (256 + 64)) =
+    53,248 B in layers 0 and 2, 0 in 1 and 3."""
+    return tuple(sum(n * b for n, b, _ in _layer_tensors(shape, spec, i)) for i in range(shape.n_layers))
 
 
 def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
@@ -281,17 +284,12 @@ def model_states(shape: ModelShape, spec: RunSpec) -> ModelStates:
     trained = adapter_layer_groups(shape, spec) if spec.is_adapter else tuple(
         (sub, None, n) for sub, n in shape.layer_groups())
     groups = [(_block_tensors(sub, spec, paths), n) for sub, paths, n in trained]
-    last = shape.n_layers - 1
-    per_layer_tensors = _block_tensors(shape.layer_shape(last), spec, layer_adapters(shape, spec)[last]) \
-        if adapted_layers(shape, spec)[last] or spec.method == "full" else []
+    per_layer_tensors = _layer_tensors(shape, spec, shape.n_layers - 1)
     # --bias: the trained biases, in the weights' dtype (fp32 under a quantised base), per layer kind
     bias_b = FP32_BYTES if spec.is_quantised else w
     bias_groups = [([(bias_size(p), bias_b, 0) for p in trained_biases(sub, spec)[0]], n)
                    for sub, n in bias_layer_groups(shape, spec)] if spec.bias != "none" else []
     groups += bias_groups
-    if spec.bias == "all" or (spec.bias == "lora_only" and module_layers(shape, spec)[last]):
-        per_layer_tensors = per_layer_tensors + [(bias_size(p), bias_b, 0)
-                                                 for p in trained_biases(shape.layer_shape(last), spec)[0]]
     all_blocks = [t for tensors, _ in groups for t in tensors]
     blocks_optimizer = sum(optimizer_bytes(tensors, spec) * n for tensors, n in groups)
     blocks_tensors = sum(len(tensors) * n for tensors, n in groups)
